@@ -1,0 +1,46 @@
+# The two commands: `make demo` and `make test`. Both create .venv when it is missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench lint typecheck check mosquitto clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# torch first, pinned, so that pip takes the CPU wheel on disk and never pulls a CUDA build.
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test,dev]'
+	@touch $(STAMP)
+
+# mosquitto is the broker the tests and the demo run; the code falls back to amqtt without it.
+mosquitto:
+	@if ! command -v mosquitto >/dev/null && ! test -x /usr/sbin/mosquitto; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get install -y -q mosquitto || (apt-get update -q && apt-get install -y -q mosquitto)) >/dev/null; \
+	  else echo "mosquitto is missing: install it (apt-get install mosquitto) or tests use the amqtt fallback"; fi; \
+	fi
+
+demo: $(STAMP) mosquitto
+	$(PY) examples/mnist-pyt/run_demo.py
+
+test: $(STAMP) mosquitto
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP) mosquitto
+	$(PY) bench/run_all.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+check: lint typecheck
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
