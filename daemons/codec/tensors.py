@@ -1,0 +1,444 @@
+"""Tensor transport: a state dict as one flat buffer, cut into chunks, described by a manifest.
+
+Layout: every tensor lies in one contiguous uint8 buffer at a 64-byte aligned offset. Chunks are
+``chunk_size`` slices of that buffer. The manifest lists the tensors, the SHA-256 of every chunk and the
+model digest (SHA-256 over tensors, chunk size, total and chunk digests), which is what the ledger records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daemons.codec.errors import CodecError
+from daemons.codec.limits import packb, unpackb
+
+__all__ = [
+    "ALIGN",
+    "DEFAULT_CHUNK_SIZE",
+    "DTYPES",
+    "MAX_CHUNK_SIZE",
+    "MAX_STATE_BYTES",
+    "MIN_CHUNK_SIZE",
+    "FlatState",
+    "Manifest",
+    "Reassembler",
+    "Chunk",
+    "TensorSpec",
+    "chunk_digests",
+    "decode_chunk",
+    "encode_chunk",
+    "iter_chunks",
+    "layout_for",
+    "make_manifest",
+    "manifest_from_body",
+    "storage_dtype",
+]
+
+ALIGN = 64
+MIN_CHUNK_SIZE = 1 << 20
+DEFAULT_CHUNK_SIZE = 2 << 20
+MAX_CHUNK_SIZE = 4 << 20
+MAX_STATE_BYTES = 16 << 30
+MAX_TENSORS = 100_000
+_DIGEST_BYTES = 32
+
+# Wire dtype label -> numpy storage dtype. bfloat16 travels as raw 16-bit words.
+DTYPES: Mapping[str, np.dtype[Any]] = {
+    "float16": np.dtype("<f2"),
+    "bfloat16": np.dtype("<u2"),
+    "float32": np.dtype("<f4"),
+    "float64": np.dtype("<f8"),
+    "int8": np.dtype("i1"),
+    "int16": np.dtype("<i2"),
+    "int32": np.dtype("<i4"),
+    "int64": np.dtype("<i8"),
+    "uint8": np.dtype("u1"),
+    "bool": np.dtype("?"),
+}
+
+
+def storage_dtype(label: str) -> np.dtype[Any]:
+    """Numpy dtype that stores a tensor of wire dtype ``label``."""
+    try:
+        return DTYPES[label]
+    except KeyError:
+        raise CodecError(f"dtype {label!r} is not supported (one of {sorted(DTYPES)})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Where one tensor lies in the flat buffer."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    def as_list(self) -> list[Any]:
+        """Wire form: ``[name, dtype, shape, offset, nbytes]``."""
+        return [self.name, self.dtype, list(self.shape), self.offset, self.nbytes]
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def layout_for(
+    arrays: Mapping[str, np.ndarray], dtypes: Mapping[str, str] | None = None
+) -> tuple[tuple[TensorSpec, ...], int]:
+    """Compute the flat layout of ``arrays``: specs and total size in bytes."""
+    specs: list[TensorSpec] = []
+    offset = 0
+    for name, arr in arrays.items():
+        label = (dtypes or {}).get(name) or arr.dtype.name
+        if storage_dtype(label).itemsize != arr.dtype.itemsize:
+            raise CodecError(f"tensor {name!r}: dtype {label} does not match array of {arr.dtype}")
+        specs.append(TensorSpec(name, label, tuple(int(d) for d in arr.shape), offset, arr.nbytes))
+        offset = _align(offset + arr.nbytes)
+    return tuple(specs), offset
+
+
+@dataclass(slots=True)
+class FlatState:
+    """A state dict held in one flat uint8 buffer."""
+
+    specs: tuple[TensorSpec, ...]
+    buffer: np.ndarray
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, np.ndarray],
+        dtypes: Mapping[str, str] | None = None,
+        *,
+        reuse: FlatState | None = None,
+    ) -> FlatState:
+        """Copy ``arrays`` into a flat buffer (reusing ``reuse``'s buffer when the layout matches)."""
+        specs, total = layout_for(arrays, dtypes)
+        if reuse is not None and reuse.specs == specs:
+            buffer = reuse.buffer
+        else:
+            buffer = np.zeros(total, dtype=np.uint8)
+        flat = cls(specs, buffer)
+        for spec, arr in zip(specs, arrays.values(), strict=True):
+            np.copyto(flat.view(spec), arr.reshape(spec.shape), casting="no")
+        return flat
+
+    @property
+    def total(self) -> int:
+        """Size of the flat buffer in bytes."""
+        return int(self.buffer.nbytes)
+
+    def view(self, spec: TensorSpec) -> np.ndarray:
+        """The tensor ``spec`` as a numpy view into the buffer (bfloat16 as uint16 words)."""
+        raw = self.buffer[spec.offset : spec.offset + spec.nbytes]
+        return raw.view(storage_dtype(spec.dtype)).reshape(spec.shape)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """All tensors as views, by name."""
+        return {spec.name: self.view(spec) for spec in self.specs}
+
+    def dtypes(self) -> dict[str, str]:
+        """Wire dtype label of every tensor."""
+        return {spec.name: spec.dtype for spec in self.specs}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """Everything a receiver needs to check a transfer: layout, chunk digests, model digest."""
+
+    transfer: str
+    total: int
+    chunk_size: int
+    tensors: tuple[TensorSpec, ...]
+    chunks: tuple[bytes, ...]
+    digest: bytes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_chunks(self) -> int:
+        """Number of chunks."""
+        return len(self.chunks)
+
+    def body(self) -> dict[str, Any]:
+        """Wire form, the body of a ``manifest`` envelope."""
+        return {
+            "transfer": self.transfer,
+            "total": self.total,
+            "chunk_size": self.chunk_size,
+            "tensors": [s.as_list() for s in self.tensors],
+            "chunks": list(self.chunks),
+            "digest": self.digest,
+            "meta": self.meta,
+        }
+
+
+def _model_digest(
+    tensors: Sequence[TensorSpec], chunk_size: int, total: int, chunks: Sequence[bytes]
+) -> bytes:
+    payload = packb([[s.as_list() for s in tensors], chunk_size, total, list(chunks)])
+    return hashlib.sha256(payload).digest()
+
+
+def _chunk_count(total: int, chunk_size: int) -> int:
+    return max(1, math.ceil(total / chunk_size))
+
+
+def chunk_digests(buffer: np.ndarray, chunk_size: int) -> list[bytes]:
+    """SHA-256 of every chunk, hashed on two threads (hashlib releases the GIL)."""
+    view = buffer.data.cast("B")
+    n = _chunk_count(len(view), chunk_size)
+    parts = [view[i * chunk_size : (i + 1) * chunk_size] for i in range(n)]
+    if n == 1:
+        return [hashlib.sha256(parts[0]).digest()]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda p: hashlib.sha256(p).digest(), parts))
+
+
+def make_manifest(
+    flat: FlatState,
+    transfer: str,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    meta: dict[str, Any] | None = None,
+) -> Manifest:
+    """Hash ``flat`` chunk by chunk and describe it. CPU-heavy: call it off the event loop."""
+    _check_chunk_size(chunk_size)
+    chunks = tuple(chunk_digests(flat.buffer, chunk_size))
+    digest = _model_digest(flat.specs, chunk_size, flat.total, chunks)
+    return Manifest(transfer, flat.total, chunk_size, flat.specs, chunks, digest, meta or {})
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    if not MIN_CHUNK_SIZE // 16 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise CodecError(f"chunk size {chunk_size} is outside 64 KiB..4 MiB")
+
+
+def encode_chunk(flat: FlatState, manifest: Manifest, index: int) -> bytes:
+    """Wire bytes of chunk ``index``: ``{x, i, n, o, s, d}``."""
+    offset = index * manifest.chunk_size
+    data = flat.buffer.data[offset : offset + manifest.chunk_size]
+    return packb(
+        {
+            "x": manifest.transfer,
+            "i": index,
+            "n": manifest.n_chunks,
+            "o": offset,
+            "s": manifest.total,
+            "d": data,
+        }
+    )
+
+
+def iter_chunks(flat: FlatState, manifest: Manifest) -> Iterator[bytes]:
+    """Wire bytes of every chunk, in order."""
+    for index in range(manifest.n_chunks):
+        yield encode_chunk(flat, manifest, index)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A decoded chunk."""
+
+    transfer: str
+    index: int
+    count: int
+    offset: int
+    total: int
+    data: bytes
+
+
+def _int_field(raw: dict[str, Any], key: str, what: str, low: int, high: int) -> int:
+    value = raw.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise CodecError(f"{what}: field {key!r} must be an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+def decode_chunk(data: bytes | memoryview, *, what: str = "chunk") -> Chunk:
+    """Decode and range-check a chunk message."""
+    raw = unpackb(data, what=what, max_bytes=MAX_CHUNK_SIZE + 4096)
+    if not isinstance(raw, dict) or set(raw) != {"x", "i", "n", "o", "s", "d"}:
+        raise CodecError(f"{what}: expected a map with fields x, i, n, o, s, d")
+    transfer = raw["x"]
+    if not isinstance(transfer, str) or not transfer:
+        raise CodecError(f"{what}: field 'x' must be a transfer id")
+    payload = raw["d"]
+    if not isinstance(payload, bytes):
+        raise CodecError(f"{what}: field 'd' must be bytes")
+    total = _int_field(raw, "s", what, 0, MAX_STATE_BYTES)
+    count = _int_field(raw, "n", what, 1, MAX_STATE_BYTES // (MIN_CHUNK_SIZE // 16) + 1)
+    index = _int_field(raw, "i", what, 0, count - 1)
+    offset = _int_field(raw, "o", what, 0, total)
+    if offset + len(payload) > total:
+        raise CodecError(f"{what} {index}: {len(payload)} bytes at offset {offset} overrun {total}")
+    return Chunk(transfer, index, count, offset, total, payload)
+
+
+def _spec_from_wire(item: Any, what: str) -> TensorSpec:
+    if not isinstance(item, list) or len(item) != 5:
+        raise CodecError(f"{what}: each tensor must be [name, dtype, shape, offset, nbytes]")
+    name, dtype, shape, offset, nbytes = item
+    if not isinstance(name, str) or not name:
+        raise CodecError(f"{what}: tensor name must be a non-empty string")
+    itemsize = storage_dtype(dtype).itemsize if isinstance(dtype, str) else 0
+    if not itemsize:
+        raise CodecError(f"{what}: tensor {name!r} has dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise CodecError(f"{what}: tensor {name!r} shape must be a list of non-negative integers")
+    if not isinstance(offset, int) or not isinstance(nbytes, int) or offset < 0 or nbytes < 0:
+        raise CodecError(f"{what}: tensor {name!r} offset/nbytes must be non-negative integers")
+    if nbytes != math.prod(shape) * itemsize:
+        raise CodecError(f"{what}: tensor {name!r} nbytes {nbytes} does not match shape {shape}")
+    return TensorSpec(name, dtype, tuple(shape), offset, nbytes)
+
+
+def _check_layout(specs: Sequence[TensorSpec], total: int, what: str) -> None:
+    names = set()
+    end = 0
+    for spec in sorted(specs, key=lambda s: s.offset):
+        if spec.name in names:
+            raise CodecError(f"{what}: tensor {spec.name!r} appears twice")
+        names.add(spec.name)
+        if spec.offset < end or spec.offset + spec.nbytes > total:
+            raise CodecError(f"{what}: tensor {spec.name!r} overlaps another or overruns {total}")
+        end = spec.offset + spec.nbytes
+
+
+def manifest_from_body(body: dict[str, Any], *, what: str = "manifest") -> Manifest:
+    """Validate a manifest body (from a verified envelope) and build the Manifest."""
+    try:
+        transfer, total, chunk_size = body["transfer"], body["total"], body["chunk_size"]
+        tensors, chunks, digest = body["tensors"], body["chunks"], body["digest"]
+        meta = body.get("meta") or {}
+    except KeyError as exc:
+        raise CodecError(f"{what}: field {exc.args[0]!r} is missing") from None
+    if not isinstance(transfer, str) or not transfer:
+        raise CodecError(f"{what}: 'transfer' must be a non-empty string")
+    if not isinstance(total, int) or not 0 <= total <= MAX_STATE_BYTES:
+        raise CodecError(f"{what}: 'total' must be 0..{MAX_STATE_BYTES}")
+    if not isinstance(chunk_size, int):
+        raise CodecError(f"{what}: 'chunk_size' must be an integer")
+    _check_chunk_size(chunk_size)
+    if not isinstance(tensors, list) or len(tensors) > MAX_TENSORS:
+        raise CodecError(f"{what}: 'tensors' must be a list of at most {MAX_TENSORS}")
+    specs = tuple(_spec_from_wire(item, what) for item in tensors)
+    _check_layout(specs, total, what)
+    if not isinstance(chunks, list) or len(chunks) != _chunk_count(total, chunk_size):
+        raise CodecError(f"{what}: expected {_chunk_count(total, chunk_size)} chunk digests")
+    if not all(isinstance(c, bytes) and len(c) == _DIGEST_BYTES for c in chunks):
+        raise CodecError(f"{what}: chunk digests must be {_DIGEST_BYTES}-byte SHA-256 values")
+    if not isinstance(meta, dict):
+        raise CodecError(f"{what}: 'meta' must be a map")
+    expected = _model_digest(specs, chunk_size, total, chunks)
+    if digest != expected:
+        raise CodecError(f"{what}: model digest does not match its tensors and chunk digests")
+    return Manifest(transfer, total, chunk_size, specs, tuple(chunks), digest, meta)
+
+
+class Reassembler:
+    """Collects the chunks of one transfer into a preallocated buffer, in any order.
+
+    Duplicates (QoS-1 redelivery) are dropped. ``finish`` checks every chunk against the manifest and
+    names missing, extra and corrupt chunks by index.
+    """
+
+    def __init__(self, transfer: str, *, max_total: int = MAX_STATE_BYTES) -> None:
+        self.transfer = transfer
+        self.max_total = max_total
+        self.manifest: Manifest | None = None
+        self.buffer: np.ndarray | None = None
+        self._count: int | None = None
+        self._received: dict[int, int] = {}  # index -> payload length
+        self._problems: list[str] = []
+
+    def _allocate(self, total: int, count: int) -> None:
+        if total > self.max_total:
+            raise CodecError(f"transfer {self.transfer}: {total} bytes is over {self.max_total}")
+        if self.buffer is None:
+            self.buffer = np.empty(total, dtype=np.uint8)
+            self._count = count
+        elif self.buffer.nbytes != total or self._count != count:
+            raise CodecError(
+                f"transfer {self.transfer}: size {total}/{count} chunks disagrees with "
+                f"{self.buffer.nbytes}/{self._count} seen before"
+            )
+
+    def add_chunk(self, data: bytes | memoryview) -> bool:
+        """Place one chunk; returns False for a duplicate. Raises CodecError for a bad chunk."""
+        chunk = decode_chunk(data, what=f"chunk of transfer {self.transfer}")
+        if chunk.transfer != self.transfer:
+            raise CodecError(f"chunk of transfer {chunk.transfer!r} sent to {self.transfer!r}")
+        self._allocate(chunk.total, chunk.count)
+        if chunk.index in self._received:
+            return False
+        if self.manifest is not None:
+            expected = chunk.index * self.manifest.chunk_size
+            if chunk.offset != expected:
+                raise CodecError(f"chunk {chunk.index}: offset {chunk.offset}, expected {expected}")
+        assert self.buffer is not None  # noqa: S101 - set by _allocate
+        self.buffer[chunk.offset : chunk.offset + len(chunk.data)] = np.frombuffer(chunk.data, np.uint8)
+        self._received[chunk.index] = len(chunk.data)
+        return True
+
+    def set_manifest(self, manifest: Manifest) -> None:
+        """Attach the (verified) manifest of this transfer."""
+        if manifest.transfer != self.transfer:
+            raise CodecError(f"manifest of {manifest.transfer!r} sent to {self.transfer!r}")
+        self._allocate(manifest.total, manifest.n_chunks)
+        self.manifest = manifest
+
+    def missing(self) -> list[int]:
+        """Indices of chunks not received yet (all of them before the size is known)."""
+        if self._count is None:
+            return []
+        return [i for i in range(self._count) if i not in self._received]
+
+    @property
+    def complete(self) -> bool:
+        """True when the manifest and every chunk have arrived."""
+        return self.manifest is not None and not self.missing()
+
+    def finish(self) -> FlatState:
+        """Verify every chunk against the manifest and return the state. CPU-heavy."""
+        manifest, buffer = self.manifest, self.buffer
+        if manifest is None or buffer is None:
+            raise CodecError(f"transfer {self.transfer}: no manifest received")
+        missing = self.missing()
+        if missing:
+            raise CodecError(f"transfer {self.transfer}: chunks {_ranges(missing)} are missing")
+        sizes = {
+            i: min(manifest.chunk_size, manifest.total - i * manifest.chunk_size)
+            for i in range(manifest.n_chunks)
+        }
+        short = [i for i, n in self._received.items() if n != sizes[i]]
+        if short:
+            raise CodecError(f"transfer {self.transfer}: chunks {_ranges(short)} have wrong sizes")
+        digests = chunk_digests(buffer, manifest.chunk_size)
+        corrupt = [i for i, d in enumerate(digests) if d != manifest.chunks[i]]
+        if corrupt:
+            raise CodecError(f"transfer {self.transfer}: chunks {_ranges(corrupt)} are corrupt")
+        return FlatState(manifest.tensors, buffer)
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """Render ``[0, 1, 2, 5]`` as ``0-2, 5``."""
+    out: list[str] = []
+    items = sorted(indices)
+    start = prev = items[0]
+    for i in [*items[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(out)

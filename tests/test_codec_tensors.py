@@ -1,0 +1,176 @@
+"""Tensor transport: layout, chunking, reassembly and every way a transfer can go wrong."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemons.codec import CodecError
+from daemons.codec.tensors import (
+    ALIGN,
+    FlatState,
+    Reassembler,
+    decode_chunk,
+    iter_chunks,
+    make_manifest,
+    manifest_from_body,
+)
+
+CHUNK = 1 << 16
+
+
+def sample_state(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "conv.weight": rng.standard_normal((8, 3, 5, 5)).astype(np.float32),
+        "fc.weight": rng.standard_normal((300, 200)).astype(np.float64),
+        "half": rng.standard_normal(1001).astype(np.float16),
+        "bf16": rng.integers(0, 2**16, 333, dtype=np.uint16),
+        "bn.num_batches_tracked": np.array(17, dtype=np.int64),
+        "mask": rng.integers(0, 2, 77).astype(bool),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }
+
+
+def flat_of(state: dict[str, np.ndarray]) -> FlatState:
+    return FlatState.from_arrays(state, {"bf16": "bfloat16"})
+
+
+def transfer(flat: FlatState, name: str = "t1") -> tuple[list[bytes], object]:
+    manifest = make_manifest(flat, name, chunk_size=CHUNK)
+    return list(iter_chunks(flat, manifest)), manifest
+
+
+def test_layout_is_aligned_and_round_trips_every_dtype() -> None:
+    state = sample_state(np.random.default_rng(1))
+    flat = FlatState.from_arrays(state, {"bf16": "bfloat16"})
+    assert all(spec.offset % ALIGN == 0 for spec in flat.specs)
+    chunks, manifest = transfer(flat)
+    r = Reassembler("t1")
+    r.set_manifest(manifest_from_body(manifest.body()))  # type: ignore[attr-defined]
+    for chunk in chunks:
+        r.add_chunk(chunk)
+    out = r.finish().arrays()
+    for name, arr in state.items():
+        assert out[name].dtype == arr.dtype
+        np.testing.assert_array_equal(out[name], arr)
+    assert r.finish().dtypes()["bf16"] == "bfloat16"
+
+
+def test_same_weights_give_same_digest_and_different_weights_do_not() -> None:
+    state = sample_state(np.random.default_rng(2))
+    d1 = make_manifest(flat_of(state), "a").digest
+    d2 = make_manifest(flat_of({k: v.copy() for k, v in state.items()}), "b").digest
+    state["half"][0] += 1
+    d3 = make_manifest(flat_of(state), "c").digest
+    assert d1 == d2 != d3
+
+
+def test_chunks_in_any_order_with_duplicates_and_manifest_last() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(3)))
+    chunks, manifest = transfer(flat)
+    r = Reassembler("t1")
+    added = [r.add_chunk(c) for c in reversed(chunks)] + [r.add_chunk(chunks[0])]
+    assert added[-1] is False
+    assert all(added[:-1])
+    assert not r.complete
+    r.set_manifest(manifest)  # type: ignore[arg-type]
+    assert r.complete
+    np.testing.assert_array_equal(r.finish().buffer, flat.buffer)
+
+
+def test_missing_chunks_are_named() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(4)))
+    chunks, manifest = transfer(flat)
+    r = Reassembler("t1")
+    r.set_manifest(manifest)  # type: ignore[arg-type]
+    for chunk in chunks[:1] + chunks[3:]:
+        r.add_chunk(chunk)
+    assert r.missing() == [1, 2]
+    with pytest.raises(CodecError, match="chunks 1-2 are missing"):
+        r.finish()
+
+
+def test_corrupt_chunk_is_named() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(5)))
+    chunks, manifest = transfer(flat)
+    bad = msgpack.unpackb(chunks[2])
+    bad["d"] = bad["d"][:-1] + bytes([bad["d"][-1] ^ 1])
+    chunks[2] = msgpack.packb(bad)
+    r = Reassembler("t1")
+    r.set_manifest(manifest)  # type: ignore[arg-type]
+    for chunk in chunks:
+        r.add_chunk(chunk)
+    with pytest.raises(CodecError, match="chunks 2 are corrupt"):
+        r.finish()
+
+
+def test_extra_and_foreign_chunks_are_refused() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(6)))
+    chunks, manifest = transfer(flat)
+    r = Reassembler("t1")
+    r.set_manifest(manifest)  # type: ignore[arg-type]
+    extra = msgpack.unpackb(chunks[0])
+    extra["n"] += 1
+    extra["i"] = extra["n"] - 1
+    with pytest.raises(CodecError, match="disagrees"):
+        r.add_chunk(msgpack.packb(extra))
+    other, _ = transfer(flat, "t2")
+    with pytest.raises(CodecError, match="sent to"):
+        r.add_chunk(other[0])
+
+
+def test_manifest_whose_digest_lies_is_refused() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(7)))
+    body = make_manifest(flat, "t1").body()
+    body["tensors"][0][2] = [1, 2]
+    with pytest.raises(CodecError):
+        manifest_from_body(body)
+    body = make_manifest(flat, "t1").body()
+    body["digest"] = b"\0" * 32
+    with pytest.raises(CodecError, match="digest does not match"):
+        manifest_from_body(body)
+
+
+def test_reassembly_refuses_states_over_the_limit() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(8)))
+    chunks, _ = transfer(flat)
+    with pytest.raises(CodecError, match="over"):
+        Reassembler("t1", max_total=1000).add_chunk(chunks[0])
+
+
+_SMALL = FlatState.from_arrays({"w": np.arange(100, dtype=np.float32)})
+GOOD_CHUNK = next(iter_chunks(_SMALL, make_manifest(_SMALL, "t1", chunk_size=CHUNK)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_random_bytes_fed_to_chunk_decoder_only_raise_codec_error(data: bytes) -> None:
+    with contextlib.suppress(CodecError):
+        decode_chunk(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(GOOD_CHUNK) - 1), st.integers(0, 255))
+def test_truncated_or_flipped_chunks_only_raise_codec_error(cut: int, byte: int) -> None:
+    for data in (GOOD_CHUNK[:cut], GOOD_CHUNK[:cut] + bytes([byte]) + GOOD_CHUNK[cut + 1 :]):
+        r = Reassembler("t1")
+        with contextlib.suppress(CodecError):
+            r.add_chunk(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.one_of(st.integers(), st.binary(max_size=40), st.lists(st.integers(), max_size=5), st.none()),
+        max_size=8,
+    )
+)
+def test_random_manifest_bodies_only_raise_codec_error(body: dict[str, object]) -> None:
+    with contextlib.suppress(CodecError):
+        manifest_from_body(body)
