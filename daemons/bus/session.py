@@ -1,0 +1,445 @@
+"""A bus session: one MQTT 3.1.1 connection that reconnects, resubscribes and keeps presence.
+
+``async with Bus(config) as bus:`` connects (or raises BusConnectError saying why), publishes the
+retained ``online`` presence (with an ``offline`` will), and supervises its background tasks in one
+TaskGroup. Subscriptions are bounded queues; request/reply lives in ``daemons.bus.rpc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import aiomqtt
+
+from daemons.bus.config import BusConfig
+from daemons.bus.errors import BusConnectError, BusError
+from daemons.bus.rpc import Handler, RpcClient, RpcServer
+from daemons.bus.topics import Topics, sender_of, topic_matches
+from daemons.codec import (
+    CodecError,
+    Envelope,
+    SignerLike,
+    VerifierLike,
+    decode_envelope,
+    encode_envelope,
+    make_envelope,
+)
+
+__all__ = ["Bus", "Message", "Subscription"]
+
+log = logging.getLogger("swarm.bus")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message received on a subscription."""
+
+    topic: str
+    payload: bytes
+    retain: bool = False
+
+
+class Subscription:
+    """A bounded queue of the messages matching one topic filter."""
+
+    def __init__(self, topic_filter: str, maxsize: int) -> None:
+        self.filter = topic_filter
+        self.dropped = 0
+        self._queue: asyncio.Queue[Message] = asyncio.Queue(maxsize)
+
+    def offer(self, message: Message) -> None:
+        """Queue a message; when the queue is full, drop it and log (never block the reader)."""
+        try:
+            self._queue.put_nowait(message)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            log.warning("subscription %s is full: dropped a message on %s", self.filter, message.topic)
+
+    async def get(self) -> Message:
+        """The next message."""
+        return await self._queue.get()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Message]:
+        while True:
+            yield await self._queue.get()
+
+
+class _PahoErrors(logging.Handler):
+    """Catches the errors paho only logs (a refused TLS handshake shows up as a timeout otherwise)."""
+
+    def __init__(self, on_error: Callable[[str], None]) -> None:
+        super().__init__(logging.ERROR)
+        self._on_error = on_error
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._on_error(record.getMessage())
+
+
+def _describe(exc: BaseException | str) -> str:
+    """Turn aiomqtt/paho/ssl failures into one line a user can act on."""
+    text = str(exc)
+    cause = None if isinstance(exc, str) else exc.__cause__ or exc.__context__
+    if isinstance(exc, ssl.SSLCertVerificationError) or isinstance(cause, ssl.SSLCertVerificationError):
+        return f"the broker's certificate is not trusted ({exc}); is it from this swarm's CA?"
+    lowered = text.lower()
+    if "certificate required" in lowered:
+        return f"the broker requires a TLS client certificate and we sent none ({text})"
+    if "unknown ca" in lowered:
+        return f"the broker refused our TLS client certificate: not issued by its CA ({text})"
+    if "alert" in lowered and ("certificate" in lowered or "handshake" in lowered):
+        return f"the broker refused our TLS client certificate ({text})"
+    if "not authori" in lowered or "bad user name or password" in lowered:
+        return f"the broker refused this identity ({text})"
+    if "refused" in lowered or "errno 111" in lowered:
+        return f"connection refused ({text}); is the broker running on that port?"
+    return text or type(exc).__name__
+
+
+def _is_fatal(exc: BaseException | str) -> bool:
+    """Errors that another attempt cannot fix (bad certificates, refused identity)."""
+    text = str(exc).lower()
+    return isinstance(exc, ssl.SSLError) or any(
+        marker in text for marker in ("certificate", "not authori", "ssl", "tls")
+    )
+
+
+class Bus:
+    """One process's session on the swarm bus."""
+
+    def __init__(
+        self,
+        config: BusConfig,
+        *,
+        signer: SignerLike | None = None,
+        verifier: VerifierLike | None = None,
+        presence: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.topics = Topics(config.network)
+        self.signer = signer
+        self.verifier = verifier
+        self._presence = presence
+        self._subs: list[Subscription] = []
+        self._client: aiomqtt.Client | None = None
+        self._connected = asyncio.Event()
+        self._failed = asyncio.Event()
+        self._last_error: str = ""
+        self._closing = False
+        self._ever_connected = False
+        self._tasks: asyncio.TaskGroup | None = None
+        self._children: list[asyncio.Task[Any]] = []
+        self.rpc = RpcClient(self)
+        self.reconnects = 0
+        self._mqtt_log = logging.getLogger(f"swarm.bus.mqtt.{config.uid}.{id(self):x}")
+        self._mqtt_log.propagate = False
+        self._mqtt_log.addHandler(_PahoErrors(self._note_paho_error))
+
+    # ----------------------------------------------------------------- identity
+    @property
+    def uid(self) -> str:
+        """This session's identity."""
+        return self.config.uid
+
+    @property
+    def role(self) -> str:
+        """This session's role (sn, swop, sl, swci)."""
+        return self.config.role
+
+    @property
+    def connected(self) -> bool:
+        """True while the connection is up."""
+        return self._connected.is_set()
+
+    # ---------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> Bus:
+        self._tasks = asyncio.TaskGroup()
+        await self._tasks.__aenter__()
+        self.spawn(self._connection_loop(), "connection")
+        self.spawn(self.rpc.run(), "replies")
+        try:
+            await self._wait_first_connection()
+        except BaseException:
+            await self._shutdown()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._shutdown()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run ``coro`` under this session's TaskGroup; cancelled when the session closes."""
+        if self._tasks is None:
+            coro.close()
+            raise BusError("the bus session is not open")
+        task = self._tasks.create_task(self._guard(coro, name), name=f"bus[{self.uid}].{name}")
+        self._children.append(task)
+        return task
+
+    async def _guard(self, coro: Awaitable[Any], name: str) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("bus[%s] task %s failed", self.uid, name)
+
+    async def _wait_first_connection(self) -> None:
+        connected = asyncio.ensure_future(self._connected.wait())
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait(
+                {connected, failed},
+                timeout=self.config.connect_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            connected.cancel()
+            failed.cancel()
+        if not self._connected.is_set():
+            reason = self._last_error or f"no answer within {self.config.connect_timeout:g} s"
+            raise BusConnectError(f"cannot connect to {self.config.broker} as {self.uid!r}: {reason}")
+
+    async def _shutdown(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self._presence is not None and self._client is not None and self.connected:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._publish_presence("offline"), timeout=2)
+        for task in self._children:
+            task.cancel()
+        if self._tasks is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tasks.__aexit__(None, None, None)
+            self._tasks = None
+
+    # --------------------------------------------------------------- connection
+    def _make_client(self) -> aiomqtt.Client:
+        cfg = self.config
+        will = None
+        if self._presence is not None:
+            will = aiomqtt.Will(
+                self.topics.presence(self.uid),
+                self._presence_payload("offline"),
+                qos=1,
+                retain=True,
+            )
+        return aiomqtt.Client(
+            cfg.broker.host,
+            cfg.broker.port,
+            identifier=f"{self.uid}-{os.getpid()}-{random.getrandbits(24):06x}",
+            protocol=aiomqtt.ProtocolVersion.V311,
+            clean_session=True,
+            keepalive=cfg.keepalive,
+            will=will,
+            tls_context=cfg.tls,
+            timeout=cfg.publish_timeout,
+            max_queued_incoming_messages=cfg.max_queued_messages,
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            logger=self._mqtt_log,
+        )
+
+    async def _connection_loop(self) -> None:
+        attempt = 0
+        while not self._closing:
+            client = self._make_client()
+            try:
+                async with client:
+                    await self._on_connect(client)
+                    attempt = 0
+                    async for message in client.messages:
+                        self._dispatch(message)
+            except aiomqtt.MqttError as exc:
+                self._note_failure(exc)
+            finally:
+                self._client = None
+                self._connected.clear()
+            if self._closing:
+                return
+            attempt += 1
+            delay = random.uniform(0, min(self.config.backoff_cap, self.config.backoff_base * 2**attempt))
+            await asyncio.sleep(delay)
+
+    def _note_paho_error(self, text: str) -> None:
+        if "timed out" in text.lower() and self._last_error:
+            return
+        self._last_error = _describe(text)
+        if not self._ever_connected and _is_fatal(text):
+            self._failed.set()
+
+    def _note_failure(self, exc: BaseException) -> None:
+        if self._last_error and "timed out" in str(exc).lower():
+            exc_text = self._last_error  # paho logged the real reason before aiomqtt timed out
+            self._last_error = exc_text
+            if self._ever_connected:
+                log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.config.broker, exc_text)
+            return
+        self._last_error = _describe(exc)
+        if not self._ever_connected and _is_fatal(exc):
+            self._failed.set()
+        if self._ever_connected:
+            log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.config.broker, self._last_error)
+
+    async def _on_connect(self, client: aiomqtt.Client) -> None:
+        self._client = client
+        for topic_filter in dict.fromkeys(s.filter for s in self._subs):
+            await client.subscribe(topic_filter, qos=1)
+        if self._presence is not None:
+            await self._publish_presence("online")
+        if self._ever_connected:
+            self.reconnects += 1
+            log.info("bus[%s] reconnected to %s", self.uid, self.config.broker)
+        self._ever_connected = True
+        self._connected.set()
+
+    def _dispatch(self, message: aiomqtt.Message) -> None:
+        payload = message.payload
+        if not isinstance(payload, bytes | bytearray):
+            return
+        msg = Message(message.topic.value, bytes(payload), bool(message.retain))
+        for sub in self._subs:
+            if topic_matches(sub.filter, msg.topic):
+                sub.offer(msg)
+
+    # --------------------------------------------------------------- presence
+    def _presence_payload(self, state: str) -> bytes:
+        body = {"state": state, **(self._presence or {})}
+        return self.encode("presence", body)
+
+    async def _publish_presence(self, state: str) -> None:
+        client = self._client
+        if client is not None:
+            payload = self._presence_payload(state)
+            await client.publish(self.topics.presence(self.uid), payload, qos=1, retain=True)
+
+    async def set_presence(self, **fields: Any) -> None:
+        """Update the fields of this session's retained presence and republish it."""
+        self._presence = {**(self._presence or {}), **fields}
+        await self.publish(self.topics.presence(self.uid), self._presence_payload("online"), retain=True)
+
+    # ---------------------------------------------------------------- publish
+    async def _wait_connected(self, timeout: float) -> aiomqtt.Client:
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except TimeoutError:
+            raise BusError(
+                f"not connected to {self.config.broker} for {timeout:g} s: {self._last_error}"
+            ) from None
+        assert self._client is not None  # noqa: S101 - set together with _connected
+        return self._client
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        retain: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Publish, waiting through a reconnect if needed; raise BusError after ``timeout``."""
+        deadline = asyncio.get_running_loop().time() + (timeout or self.config.publish_timeout)
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            client = await self._wait_connected(max(remaining, 0.01))
+            try:
+                await client.publish(topic, payload, qos=qos, retain=retain)
+                return
+            except aiomqtt.MqttError as exc:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise BusError(f"publish to {topic} failed: {_describe(exc)}") from None
+                await asyncio.sleep(0.05)
+
+    def encode(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        *,
+        reply_to: str | None = None,
+        corr: str | None = None,
+    ) -> bytes:
+        """Build and sign (when this session has a signer) an envelope's wire bytes."""
+        env = make_envelope(
+            kind,
+            body,
+            sender=self.uid,
+            role=self.role,
+            signer=self.signer,
+            reply_to=reply_to,
+            corr=corr,
+        )
+        return encode_envelope(env)
+
+    async def send(self, topic: str, kind: str, body: dict[str, Any], *, retain: bool = False) -> None:
+        """Publish an envelope of ``kind`` with ``body``."""
+        await self.publish(topic, self.encode(kind, body), retain=retain)
+
+    def open(self, message: Message) -> Envelope:
+        """Decode and verify an envelope; its sender must own the topic's namespace.
+
+        Raises CodecError (SignatureError) naming what is wrong.
+        """
+        env = decode_envelope(message.payload, verifier=self.verifier, what=f"message on {message.topic}")
+        owner = sender_of(message.topic)
+        if owner is not None and owner != env.sender:
+            raise CodecError(f"message on {message.topic} claims sender {env.sender!r}, not {owner!r}")
+        return env
+
+    # -------------------------------------------------------------- subscribe
+    @contextlib.asynccontextmanager
+    async def subscribe(self, topic_filter: str, *, maxsize: int = 1000) -> AsyncIterator[Subscription]:
+        """Subscribe to ``topic_filter`` for the duration of the block (SUBACK received on entry)."""
+        sub = Subscription(topic_filter, maxsize)
+        self._subs.append(sub)
+        try:
+            client = await self._wait_connected(self.config.connect_timeout)
+            with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
+                await client.subscribe(topic_filter, qos=1)
+            yield sub
+        finally:
+            self._subs.remove(sub)
+            client_now = self._client
+            if client_now is not None and all(s.filter != topic_filter for s in self._subs):
+                with contextlib.suppress(aiomqtt.MqttError, asyncio.CancelledError):
+                    await client_now.unsubscribe(topic_filter)
+
+    def add_subscription(self, topic_filter: str, *, maxsize: int = 1000) -> Subscription:
+        """A subscription for the whole session (subscribed on the next (re)connect or now)."""
+        sub = Subscription(topic_filter, maxsize)
+        self._subs.append(sub)
+        client = self._client
+        if client is not None:
+            self.spawn(client.subscribe(topic_filter, qos=1), f"subscribe {topic_filter}")
+        return sub
+
+    # ------------------------------------------------------------------- rpc
+    async def request(
+        self,
+        target: str,
+        method: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Ask ``target`` to run ``method``; returns its result or raises RequestTimeout/RemoteError."""
+        return await self.rpc.request(
+            target, method, body or {}, timeout=timeout or self.config.request_timeout
+        )
+
+    def serve(self, handler: Handler, *, concurrency: int = 32) -> RpcServer:
+        """Answer requests addressed to this uid with ``handler`` until the session closes."""
+        server = RpcServer(self, handler, concurrency=concurrency)
+        self.spawn(server.run(), "rpc-server")
+        return server

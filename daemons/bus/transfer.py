@@ -1,0 +1,190 @@
+"""Pulled state transfers: a holder publishes a state dict's chunks + signed manifest when asked.
+
+The receiver subscribes to ``nodes/<holder>/blob/<transfer>/+`` first, then sends ``req:fetch``
+``{digest, transfer, chunks?}``; the holder answers at once with the sizes and publishes in the
+background. Missing chunks are asked for again by index; the result is checked against the digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from daemons.bus.errors import BusError
+from daemons.bus.rpc import Request, RpcError
+from daemons.bus.session import Bus, Message, Subscription
+from daemons.codec import CodecError
+from daemons.codec.tensors import (
+    MAX_STATE_BYTES,
+    FlatState,
+    Manifest,
+    Reassembler,
+    encode_chunk,
+    make_manifest,
+    manifest_from_body,
+)
+
+__all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "fetch_state", "publish_state"]
+
+log = logging.getLogger("swarm.transfer")
+FETCH_METHOD = "fetch"
+_WINDOW = 8  # chunks in flight per transfer
+
+
+class TransferError(BusError):
+    """A state could not be fetched; says from whom, which digest and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    flat: FlatState
+    manifest: Manifest
+
+
+def digest_hex(digest: bytes) -> str:
+    """Short printable form of a model digest."""
+    return digest.hex()[:16]
+
+
+class StateHolder:
+    """States this node can serve to others, by digest (a small LRU)."""
+
+    def __init__(self, bus: Bus, *, capacity: int = 4) -> None:
+        self._bus = bus
+        self._held: OrderedDict[bytes, _Held] = OrderedDict()
+        self._capacity = capacity
+
+    async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
+        """Hash ``flat`` (off the event loop) and keep it servable; returns its manifest."""
+        manifest = await asyncio.to_thread(make_manifest, flat, "held", meta=meta)
+        self.keep(flat, manifest)
+        return manifest
+
+    def keep(self, flat: FlatState, manifest: Manifest) -> None:
+        """Keep an already-described state servable."""
+        self._held[manifest.digest] = _Held(flat, manifest)
+        self._held.move_to_end(manifest.digest)
+        while len(self._held) > self._capacity:
+            self._held.popitem(last=False)
+
+    def get(self, digest: bytes) -> FlatState | None:
+        """The held state with ``digest``, if any."""
+        held = self._held.get(digest)
+        return held.flat if held is not None else None
+
+    async def handle_fetch(self, request: Request) -> dict[str, Any]:
+        """RPC handler for ``fetch``: start publishing and answer with the sizes."""
+        body = request.body
+        digest, transfer, indices = body.get("digest"), body.get("transfer"), body.get("chunks")
+        if not isinstance(digest, bytes) or not isinstance(transfer, str):
+            raise RpcError("bad-request", "fetch needs 'digest' (bytes) and 'transfer' (str)")
+        held = self._held.get(digest)
+        if held is None:
+            raise RpcError("not-held", f"{self._bus.uid!r} does not hold model {digest_hex(digest)}")
+        n = held.manifest.n_chunks
+        if indices is not None and (
+            not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < n for i in indices)
+        ):
+            raise RpcError("bad-request", f"'chunks' must be a list of indices below {n}")
+        manifest = Manifest(
+            transfer,
+            held.manifest.total,
+            held.manifest.chunk_size,
+            held.manifest.tensors,
+            held.manifest.chunks,
+            held.manifest.digest,
+            held.manifest.meta,
+        )
+        self._bus.spawn(publish_state(self._bus, held.flat, manifest, indices), f"publish {transfer}")
+        return {"total": manifest.total, "chunks": n}
+
+
+async def publish_state(
+    bus: Bus, flat: FlatState, manifest: Manifest, indices: list[int] | None = None
+) -> None:
+    """Publish chunks (``indices``, default all) with a bounded window, then the signed manifest."""
+    window = asyncio.Semaphore(_WINDOW)
+    topic = bus.topics.blob_chunks(bus.uid, manifest.transfer)
+
+    async def send(index: int) -> None:
+        try:
+            await bus.publish(topic, encode_chunk(flat, manifest, index))
+        finally:
+            window.release()
+
+    async with asyncio.TaskGroup() as group:
+        for index in range(manifest.n_chunks) if indices is None else indices:
+            await window.acquire()
+            group.create_task(send(index))
+    await bus.send(bus.topics.blob_manifest(bus.uid, manifest.transfer), "manifest", manifest.body())
+
+
+async def fetch_state(
+    bus: Bus,
+    holder: str,
+    digest: bytes,
+    *,
+    idle_timeout: float = 10.0,
+    attempts: int = 3,
+    max_total: int = MAX_STATE_BYTES,
+) -> FlatState:
+    """Fetch the state with ``digest`` from ``holder``; raise TransferError saying why it failed."""
+    transfer = f"t{uuid.uuid4().hex[:20]}"
+    reassembler = Reassembler(transfer, max_total=max_total)
+    async with bus.subscribe(bus.topics.blob(holder, transfer), maxsize=100_000) as sub:
+        wanted: list[int] | None = None
+        for _ in range(attempts):
+            await _ask(bus, holder, digest, transfer, wanted)
+            if await _receive(bus, sub, reassembler, idle_timeout):
+                break
+            wanted = reassembler.missing() or None
+        else:
+            missing = reassembler.missing()
+            why = f"chunks {missing[:10]} missing" if missing else "no manifest"
+            raise TransferError(f"fetch of model {digest_hex(digest)} from {holder!r} failed: {why}")
+    try:
+        flat = await asyncio.to_thread(reassembler.finish)
+    except CodecError as exc:
+        raise TransferError(f"model {digest_hex(digest)} from {holder!r}: {exc}") from None
+    assert reassembler.manifest is not None  # noqa: S101 - finish() checked it
+    if reassembler.manifest.digest != digest:
+        raise TransferError(
+            f"{holder!r} sent model {digest_hex(reassembler.manifest.digest)}, not {digest_hex(digest)}"
+        )
+    return flat
+
+
+async def _ask(bus: Bus, holder: str, digest: bytes, transfer: str, indices: list[int] | None) -> None:
+    body: dict[str, Any] = {"digest": digest, "transfer": transfer}
+    if indices is not None:
+        body["chunks"] = indices
+    try:
+        await bus.request(holder, FETCH_METHOD, body)
+    except BusError as exc:
+        raise TransferError(f"fetch of model {digest_hex(digest)} from {holder!r}: {exc}") from None
+
+
+async def _receive(bus: Bus, sub: Subscription, reassembler: Reassembler, idle_timeout: float) -> bool:
+    """Take messages until the transfer is complete (True) or nothing came for ``idle_timeout``."""
+    while not reassembler.complete:
+        try:
+            message = await asyncio.wait_for(sub.get(), idle_timeout)
+        except TimeoutError:
+            return False
+        _take(bus, message, reassembler)
+    return True
+
+
+def _take(bus: Bus, message: Message, reassembler: Reassembler) -> None:
+    try:
+        if message.topic.endswith("/c"):
+            reassembler.add_chunk(message.payload)
+        else:
+            env = bus.open(message)
+            reassembler.set_manifest(manifest_from_body(env.body, what=f"manifest from {env.sender}"))
+    except CodecError as exc:
+        log.warning("transfer %s: dropped a bad message: %s", reassembler.transfer, exc)

@@ -1,0 +1,166 @@
+"""The bus against a real mosquitto: request/reply, presence, reconnects, state transfer, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from daemons.broker import ManagedBroker
+from daemons.bus import (
+    Bus,
+    BusConfig,
+    BusConnectError,
+    RemoteError,
+    Request,
+    RequestTimeout,
+    RpcError,
+)
+from daemons.bus.config import BrokerAddress
+from daemons.bus.transfer import StateHolder, TransferError, fetch_state
+from daemons.codec import encode_envelope, make_envelope
+from daemons.codec.tensors import FlatState
+from tests.conftest import MakeBus, bus_factory
+
+
+async def echo(request: Request) -> object:
+    if request.method == "fail":
+        raise RpcError("nope", f"cannot {request.body.get('what')}")
+    if request.method == "crash":
+        raise ZeroDivisionError("boom")
+    if request.method == "slow":
+        await asyncio.sleep(float(request.body["s"]))
+    return {"method": request.method, "body": request.body, "sender": request.sender}
+
+
+async def test_request_reply(make_bus: MakeBus) -> None:
+    async with make_bus("sn-1", "sn") as server, make_bus("swci-1", "swci") as client:
+        server.serve(echo)
+        reply = await client.request("sn-1", "ping", {"x": [1, 2]})
+        assert reply == {"method": "ping", "body": {"x": [1, 2]}, "sender": "swci-1"}
+        replies = await asyncio.gather(*(client.request("sn-1", "n", {"i": i}) for i in range(50)))
+        assert [r["body"]["i"] for r in replies] == list(range(50))
+
+
+async def test_errors_are_typed_and_name_the_peer(make_bus: MakeBus) -> None:
+    async with make_bus("sn-1", "sn") as server, make_bus("swci-1", "swci") as client:
+        server.serve(echo)
+        with pytest.raises(RemoteError, match="cannot fly") as err:
+            await client.request("sn-1", "fail", {"what": "fly"})
+        assert err.value.code == "nope"
+        assert err.value.peer == "sn-1"
+        with pytest.raises(RemoteError, match="ZeroDivisionError: boom"):
+            await client.request("sn-1", "crash")
+        with pytest.raises(RequestTimeout, match=r"no reply from 'sn-9' to 'status' within 0\.5 s"):
+            await client.request("sn-9", "status", timeout=0.5)
+        # the server survived all of it
+        assert (await client.request("sn-1", "ping"))["method"] == "ping"
+
+
+async def test_a_slow_handler_is_answered_once_despite_resends(make_bus: MakeBus) -> None:
+    calls = 0
+
+    async def counting(request: Request) -> object:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(1.6)  # the client resends after 0.5 s and 1.5 s
+        return calls
+
+    async with make_bus("sn-1", "sn") as server, make_bus("swci-1", "swci") as client:
+        server.serve(counting)
+        assert await client.request("sn-1", "slow", timeout=5) == 1
+        assert calls == 1
+
+
+async def test_garbage_and_forged_messages_do_not_hurt_the_server(make_bus: MakeBus) -> None:
+    async with make_bus("sn-1", "sn") as server, make_bus("sl-1") as client:
+        rpc = server.serve(echo)
+        req_topic = server.topics.request("sl-1", "sn-1")
+        await client.publish(req_topic, b"\x00\xff garbage")
+        await client.publish(req_topic, b"")
+        forged = encode_envelope(
+            make_envelope("req:ping", {}, sender="sl-2", role="sl", corr="c", reply_to="sl-2")
+        )
+        await client.publish(req_topic, forged)  # sender does not own the topic's namespace
+        not_a_request = encode_envelope(make_envelope("hello", {}, sender="sl-1", role="sl"))
+        await client.publish(req_topic, not_a_request)
+        assert (await client.request("sn-1", "ping"))["sender"] == "sl-1"
+        assert rpc.rejected == 4
+
+
+async def test_presence_is_retained_and_the_will_says_offline(
+    make_bus: MakeBus, mosquitto: ManagedBroker, network: str
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from daemons.bus import Bus, BusConfig
+        from daemons.bus.config import BrokerAddress
+        async def main():
+            cfg = BusConfig(BrokerAddress("127.0.0.1", {mosquitto.port}), "sl-7", "sl", network="{network}")
+            async with Bus(cfg, presence={{"role": "sl", "pid": 1}}):
+                print("up", flush=True)
+                await asyncio.sleep(60)
+        asyncio.run(main())
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=os.getcwd())
+    try:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == b"up"
+        async with make_bus("sn-1", "sn") as observer:
+            async with observer.subscribe(observer.topics.presence("sl-7")) as sub:
+                first = observer.open(await asyncio.wait_for(sub.get(), 5))
+                assert first.body["state"] == "online"
+                os.kill(proc.pid, signal.SIGKILL)
+                last = observer.open(await asyncio.wait_for(sub.get(), 20))
+                assert last.body["state"] == "offline"
+                assert last.sender == "sl-7"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_reconnect_after_the_broker_is_restarted(fresh_mosquitto: ManagedBroker, network: str) -> None:
+    make_bus = bus_factory(fresh_mosquitto.address, network)
+    async with make_bus("sn-1", "sn") as server, make_bus("swci-1", "swci") as client:
+        server.serve(echo)
+        assert (await client.request("sn-1", "before"))["method"] == "before"
+        fresh_mosquitto.kill()
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(fresh_mosquitto.restart)
+        assert (await client.request("sn-1", "after", timeout=20))["method"] == "after"
+        assert server.reconnects >= 1
+        assert client.reconnects >= 1
+
+
+async def test_connecting_to_nothing_fails_clearly(network: str) -> None:
+    from daemons.broker import free_port
+
+    cfg = BusConfig(BrokerAddress("127.0.0.1", free_port()), "sl-1", "sl", network=network, connect_timeout=1)
+    with pytest.raises(BusConnectError, match=r"cannot connect to mqtt://127.0.0.1:\d+ as 'sl-1'"):
+        async with Bus(cfg):
+            pass
+
+
+async def test_50mb_state_dict_round_trips_bit_exactly(make_bus: MakeBus) -> None:
+    rng = np.random.default_rng(0)
+    state = {f"layer{i}.weight": rng.standard_normal((1250, 1000)).astype(np.float32) for i in range(10)}
+    state["bn.num_batches_tracked"] = np.array(3, dtype=np.int64)
+    async with make_bus("sl-1") as holder_bus, make_bus("sl-2") as fetcher:
+        holder = StateHolder(holder_bus)
+        holder_bus.serve(holder.handle_fetch)
+        manifest = await holder.add(FlatState.from_arrays(state))
+        got = await fetch_state(fetcher, "sl-1", manifest.digest)
+        assert got.total >= 50_000_000
+        for name, arr in state.items():
+            assert got.arrays()[name].dtype == arr.dtype
+            np.testing.assert_array_equal(got.arrays()[name], arr)
+        with pytest.raises(TransferError, match="does not hold model"):
+            await fetch_state(fetcher, "sl-1", b"\1" * 32)
