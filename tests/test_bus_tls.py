@@ -1,0 +1,115 @@
+"""Mutual TLS, identity ACLs and signed envelopes against a real mosquitto."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from certs import Signer, Verifier, client_context, init_swarm
+from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
+from daemons.broker.mosquitto import find_mosquitto
+from daemons.bus import Bus, BusConfig, BusConnectError, Request
+from daemons.codec import encode_envelope, make_envelope
+
+
+@dataclass
+class Swarm:
+    dir: Path
+    ca: Path
+    broker: ManagedBroker
+
+    def config(self, uid: str, role: str, *, cert_dir: Path | None = None, network: str = "tls") -> BusConfig:
+        d = cert_dir or self.dir
+        ctx = client_context(d / f"{uid}-cert.pem", d / f"{uid}-key.pem", self.ca)
+        return BusConfig(self.broker.address, uid, role, network=network, tls=ctx, connect_timeout=5)
+
+    def bus(self, uid: str, role: str, **kwargs: object) -> Bus:
+        signer = Signer.from_files(self.dir / f"{uid}-cert.pem", self.dir / f"{uid}-key.pem")
+        return Bus(self.config(uid, role), signer=signer, verifier=Verifier.from_ca(self.ca), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
+    if find_mosquitto() is None:
+        pytest.skip("mosquitto is not installed")
+    root = tmp_path_factory.mktemp("pki")
+    init_swarm(root, sl=2)
+    ca = root / "ca" / "ca-cert.pem"
+    settings = BrokerSettings(
+        root / "broker", tls=BrokerTLS(ca, root / "sn-1-cert.pem", root / "sn-1-key.pem")
+    )
+    broker = ManagedBroker(settings, "mosquitto")
+    broker.start()
+    yield Swarm(root, ca, broker)
+    broker.stop()
+
+
+async def reply_ok(request: Request) -> object:
+    return {"hello": request.sender}
+
+
+async def test_good_certificate_connects_and_signed_requests_work(swarm: Swarm) -> None:
+    async with swarm.bus("sn-1", "sn") as server, swarm.bus("sl-1", "sl") as client:
+        server.serve(reply_ok)
+        assert await client.request("sn-1", "hi") == {"hello": "sl-1"}
+
+
+async def test_no_client_certificate_is_refused_clearly(swarm: Swarm) -> None:
+    ctx = client_context(None, None, swarm.ca)
+    cfg = BusConfig(swarm.broker.address, "sl-1", "sl", network="tls", tls=ctx, connect_timeout=5)
+    with pytest.raises(BusConnectError, match="requires a TLS client certificate"):
+        async with Bus(cfg):
+            pass
+
+
+async def test_certificate_from_another_ca_is_refused_clearly(swarm: Swarm, tmp_path: Path) -> None:
+    init_swarm(tmp_path, sl=1)
+    other = client_context(tmp_path / "sl-1-cert.pem", tmp_path / "sl-1-key.pem", swarm.ca)
+    cfg = BusConfig(swarm.broker.address, "sl-1", "sl", network="tls", tls=other, connect_timeout=5)
+    with pytest.raises(BusConnectError, match="certificate"):
+        async with Bus(cfg):
+            pass
+
+
+async def test_broker_from_another_ca_is_not_trusted(swarm: Swarm, tmp_path: Path) -> None:
+    init_swarm(tmp_path, sl=1)
+    ctx = client_context(
+        swarm.dir / "sl-1-cert.pem", swarm.dir / "sl-1-key.pem", tmp_path / "ca" / "ca-cert.pem"
+    )
+    cfg = BusConfig(swarm.broker.address, "sl-1", "sl", network="tls", tls=ctx, connect_timeout=5)
+    with pytest.raises(BusConnectError, match="not trusted"):
+        async with Bus(cfg):
+            pass
+
+
+async def test_an_identity_cannot_publish_on_another_identitys_topics(swarm: Swarm) -> None:
+    async with swarm.bus("sn-1", "sn") as watcher, swarm.bus("sl-1", "sl") as intruder:
+        victim_topic = watcher.topics.presence("sl-2")
+        own_topic = watcher.topics.presence("sl-1")
+        async with watcher.subscribe(victim_topic) as victim, watcher.subscribe(own_topic) as own:
+            fake = intruder.encode("presence", {"state": "offline"})
+            await intruder.publish(victim_topic, fake)  # the broker's ACL drops it
+            await intruder.publish(own_topic, fake)  # allowed: its own namespace
+            assert watcher.open(await asyncio.wait_for(own.get(), 5)).sender == "sl-1"
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(victim.get(), 1)
+
+
+async def test_tampered_or_unsigned_envelopes_are_rejected(swarm: Swarm) -> None:
+    async with swarm.bus("sn-1", "sn") as server, swarm.bus("sl-1", "sl") as client:
+        rpc = server.serve(reply_ok)
+        topic = server.topics.request("sl-1", "sn-1")
+        good = msgpack.unpackb(client.encode("req:hi", {"n": 1}, reply_to="sl-1", corr="c1"))
+        good["b"] = msgpack.packb({"n": 2})  # change the body after signing
+        await client.publish(topic, msgpack.packb(good))
+        unsigned = encode_envelope(
+            make_envelope("req:hi", {}, sender="sl-1", role="sl", corr="c2", reply_to="sl-1")
+        )
+        await client.publish(topic, unsigned)
+        assert await client.request("sn-1", "hi") == {"hello": "sl-1"}
+        assert rpc.rejected == 2
