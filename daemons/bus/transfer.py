@@ -14,6 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from daemons.bus.errors import BusError
 from daemons.bus.rpc import Request, RpcError
 from daemons.bus.session import Bus, Message, Subscription
@@ -131,10 +133,14 @@ async def fetch_state(
     idle_timeout: float = 10.0,
     attempts: int = 3,
     max_total: int = MAX_STATE_BYTES,
+    spare: np.ndarray | None = None,
 ) -> FlatState:
-    """Fetch the state with ``digest`` from ``holder``; raise TransferError saying why it failed."""
+    """Fetch the state with ``digest`` from ``holder``; raise TransferError saying why it failed.
+
+    ``spare``: a buffer of a previous fetch to reassemble into when the size matches.
+    """
     transfer = f"t{uuid.uuid4().hex[:20]}"
-    reassembler = Reassembler(transfer, max_total=max_total)
+    reassembler = Reassembler(transfer, max_total=max_total, spare=spare)
     async with bus.subscribe(bus.topics.blob(holder, transfer), maxsize=100_000) as sub:
         wanted: list[int] | None = None
         for _ in range(attempts):

@@ -351,11 +351,14 @@ class Reassembler:
     names missing, extra and corrupt chunks by index.
     """
 
-    def __init__(self, transfer: str, *, max_total: int = MAX_STATE_BYTES) -> None:
+    def __init__(
+        self, transfer: str, *, max_total: int = MAX_STATE_BYTES, spare: np.ndarray | None = None
+    ) -> None:
         self.transfer = transfer
         self.max_total = max_total
         self.manifest: Manifest | None = None
         self.buffer: np.ndarray | None = None
+        self._spare = spare  # a buffer to reuse when the size matches (saves page faults)
         self._count: int | None = None
         self._received: dict[int, int] = {}  # index -> payload length
         self._problems: list[str] = []
@@ -364,7 +367,9 @@ class Reassembler:
         if total > self.max_total:
             raise CodecError(f"transfer {self.transfer}: {total} bytes is over {self.max_total}")
         if self.buffer is None:
-            self.buffer = np.empty(total, dtype=np.uint8)
+            spare = self._spare
+            reuse = spare is not None and spare.nbytes == total and spare.dtype == np.uint8
+            self.buffer = spare if reuse else np.empty(total, dtype=np.uint8)
             self._count = count
         elif self.buffer.nbytes != total or self._count != count:
             raise CodecError(
