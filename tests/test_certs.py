@@ -187,9 +187,7 @@ def test_tampered_data_and_bad_signatures_are_refused(swarm: Path) -> None:
 
 def test_cn_mismatch_is_refused(swarm: Path) -> None:
     signer = _signer(swarm, "sl-2")
-    with pytest.raises(
-        SignatureError, match="certificate CN is 'sl-2' but the message claims 'sl-3'"
-    ):
+    with pytest.raises(SignatureError, match="certificate CN is 'sl-2' but the message claims 'sl-3'"):
         _verifier(swarm).verify(b"data", signer.sign(b"data"), signer.cert_der, "sl-3")
 
 
@@ -199,9 +197,7 @@ def test_expired_and_not_yet_valid_certificates_are_refused(swarm: Path) -> None
         signer = _signer(swarm, uid)
         cert = load_certificate(swarm / f"{uid}-cert.pem")
         when = cert.not_valid_after_utc if uid == "sl-old" else cert.not_valid_before_utc
-        with pytest.raises(
-            SignatureError, match=f"certificate of '{uid}' {error} {format_time(when)}"
-        ):
+        with pytest.raises(SignatureError, match=f"certificate of '{uid}' {error} {format_time(when)}"):
             verifier.verify(b"data", signer.sign(b"data"), signer.cert_der, uid)
 
 
@@ -384,9 +380,7 @@ def test_tls_contexts_settings_and_errors(swarm: Path) -> None:
     ctx = client_context(swarm / "sl-1-cert.pem", swarm / "sl-1-key.pem", ca, check_hostname=False)
     assert not ctx.check_hostname
     assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
-    optional = server_context(
-        swarm / "sn-1-cert.pem", swarm / "sn-1-key.pem", ca, require_client_cert=False
-    )
+    optional = server_context(swarm / "sn-1-cert.pem", swarm / "sn-1-key.pem", ca, require_client_cert=False)
     assert optional.verify_mode == ssl.CERT_OPTIONAL
     with pytest.raises(CertError, match=r"key file .*nope-key\.pem does not exist"):
         server_context(swarm / "sn-1-cert.pem", swarm / "nope-key.pem", ca)
@@ -435,9 +429,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 # ---------------------------------------------------------------- rate
 
 
-def test_verify_rate_with_cached_certificate(
-    swarm: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_verify_rate_with_cached_certificate(swarm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     signer, verifier = _signer(swarm, "sl-1"), _verifier(swarm)
     data = bytes(512)
     signature, cert = signer.sign(data), signer.cert_der

@@ -1,0 +1,165 @@
+"""Ledger core benchmark: sealing throughput with signature checks, and open + verify + replay time.
+
+The workload is a training contract at work: 8 SL nodes check in to every round, the SN closes it,
+its leader merges, and every node reports its progress (18 transactions a round). Every envelope is
+signed by its sender; sealing verifies each one. The baseline measured in the same run is decoding and
+verifying the same envelopes without the ledger, so the ratio shows what the ledger itself costs.
+
+    .venv/bin/python bench/ledger_core.py [n_tx] [batch]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from contracts.ledger import Accepted, Ledger
+from contracts.machine import DEFAULT_CONTRACT
+from contracts.rounds import leader_order
+from daemons.codec.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
+
+C = DEFAULT_CONTRACT
+N_SL = 8
+Keys = tuple[str, Callable[[str, str], SignerLike], VerifierLike]
+
+
+@contextmanager
+def _keys(folder: Path) -> Iterator[Keys]:
+    """Signers and a verifier: ``certs.signing`` (X.509, ECDSA) when importable, else dev keys."""
+    try:
+        from certs.pki import create_ca, issue_identity
+        from certs.signing import Signer, Verifier
+    except ImportError:
+        from contracts.devkeys import DevAuthority
+
+        authority = DevAuthority("bench")
+        yield (
+            "contracts.devkeys (Ed25519, certs.signing not importable)",
+            authority.issue,
+            authority.verifier(),
+        )
+        return
+    ca = create_ca(folder)
+
+    def issue(uid: str, role: str) -> SignerLike:
+        files = issue_identity(ca.cert.parent, uid, role, folder)
+        return Signer.from_files(files.cert, files.key)
+
+    yield "certs.signing (X.509, ECDSA P-256)", issue, Verifier.from_ca(ca.cert)
+
+
+def _env(signer: SignerLike, kind: str, body: dict[str, Any]) -> bytes:
+    return encode_envelope(
+        make_envelope("tx:" + kind, body, sender=signer.uid, role=signer.role, signer=signer)
+    )
+
+
+def _round(sls: list[SignerLike], sn: SignerLike, number: int) -> list[bytes]:
+    uids = sorted(s.uid for s in sls)
+    by_uid = {s.uid: s for s in sls}
+    out = [
+        _env(s, "round.checkin", {"contract": C, "digest": f"{number:08x}{i:056x}"})
+        for i, s in enumerate(sls)
+    ]
+    out.append(_env(sn, "round.close", {"contract": C, "round": number}))
+    leader = by_uid[leader_order(C, number, uids)[0]]
+    merged = {"contract": C, "round": number, "digest": f"{number:064x}", "contributors": uids}
+    out.append(_env(leader, "round.merged", merged))
+    progress = {
+        "contract": C,
+        "epochs_done": number,
+        "total_epochs": 10**6,
+        "loss": 1.0 / number,
+        "metric": 0.5,
+    }
+    out += [_env(s, "contract.progress", progress) for s in sls]
+    return out
+
+
+def workload(n_tx: int, sls: list[SignerLike], sn: SignerLike) -> list[bytes]:
+    """About ``n_tx`` signed envelopes: registrations and joins, then whole rounds."""
+    params = {"min_peers": N_SL, "quorum_wait": 0.0, "leader_timeout": 600.0}
+    out = [_env(s, "node.register", {"host": "bench"}) for s in sls]
+    out += [_env(s, "contract.join", {"contract": C, "params": params}) for s in sls]
+    number = 1
+    while len(out) < n_tx:
+        out += _round(sls, sn, number)
+        number += 1
+    return out[:n_tx]
+
+
+def _seal_all(ledger: Ledger, envelopes: list[bytes], batch: int, sn: SignerLike) -> int:
+    accepted = 0
+    for start in range(0, len(envelopes), batch):
+        result = ledger.seal(envelopes[start : start + batch], sealer=sn, sealer_uid=sn.uid, now=time.time())
+        accepted += sum(isinstance(r, Accepted) for r in result.results)
+    return accepted
+
+
+def _verify_only(envelopes: list[bytes], verifier: VerifierLike) -> float:
+    started = time.perf_counter()
+    for raw in envelopes:
+        decode_envelope(raw, verifier=verifier)
+    return time.perf_counter() - started
+
+
+def run(n_tx: int = 100_000, batch: int = 200) -> dict[str, Any]:
+    """Seal ``n_tx`` signed transactions in blocks of ``batch``, then reopen the chain."""
+    with tempfile.TemporaryDirectory() as tmp, _keys(Path(tmp)) as (keys, issue, verifier):
+        folder = Path(tmp)
+        sn = issue("sn-1", "sn")
+        sls = [issue(f"sl-{i}", "sl") for i in range(1, N_SL + 1)]
+        envelopes = workload(n_tx, sls, sn)
+        baseline = _verify_only(envelopes, verifier)
+        path = folder / "ledger.db"
+        ledger = Ledger.create(path, sealer=sn, sealer_uid=sn.uid, verifier=verifier, now=time.time())
+        started = time.perf_counter()
+        accepted = _seal_all(ledger, envelopes, batch, sn)
+        seal_s = time.perf_counter() - started
+        height = ledger.height
+        ledger.close()
+        assert accepted == len(envelopes), f"only {accepted} of {len(envelopes)} accepted"
+        started = time.perf_counter()
+        with Ledger.open(path, verifier=verifier) as reopened:
+            open_s = time.perf_counter() - started
+            assert reopened.height == height
+        return {
+            "keys": keys,
+            "n_tx": len(envelopes),
+            "batch": batch,
+            "blocks": height + 1,
+            "chain_mib": round(path.stat().st_size / 2**20, 1),
+            "seal_s": round(seal_s, 3),
+            "seal_tx_per_s": round(len(envelopes) / seal_s),
+            "verify_only_tx_per_s": round(len(envelopes) / baseline),
+            "seal_vs_verify_only": round(baseline / seal_s, 3),
+            "open_s": round(open_s, 3),
+            "open_tx_per_s": round(len(envelopes) / open_s),
+        }
+
+
+def main() -> None:
+    """Print the numbers against their targets (>= 1,000 tx/s sealed; open < 5 s for 100,000 tx)."""
+    n_tx = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    result = run(n_tx, batch)
+    print(f"signatures: {result['keys']}")
+    print(f"sealed {result['n_tx']:,} transactions in {result['blocks']:,} blocks of up to {batch}")
+    print(
+        f"  seal: {result['seal_tx_per_s']:,} tx/s with signature verification (target >= 1,000); "
+        f"{result['seal_vs_verify_only']:.2f}x the speed of verifying alone "
+        f"({result['verify_only_tx_per_s']:,} tx/s)"
+    )
+    print(
+        f"  open + verify chain + replay: {result['open_s']:.2f} s ({result['open_tx_per_s']:,} tx/s; "
+        f"target < 5 s for 100,000), chain {result['chain_mib']} MiB"
+    )
+
+
+if __name__ == "__main__":
+    main()
