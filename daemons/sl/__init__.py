@@ -1,0 +1,1 @@
+"""SL, the learning node: joins sync rounds, publishes and merges weights."""
