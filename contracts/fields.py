@@ -19,6 +19,7 @@ __all__ = [
     "check_fields",
     "digest",
     "integer",
+    "layout",
     "lines",
     "name",
     "number",
@@ -218,6 +219,36 @@ def lines(value: Any) -> tuple[str, ...]:
         except BadValue as exc:
             raise BadValue(f"line {i + 1} {exc}") from None
     return tuple(value)
+
+
+Layout = tuple[tuple[str, str, tuple[int, ...]], ...]
+_MAX_TENSORS = 100_000
+
+
+def layout(value: Any) -> Layout:
+    """A model's layout: a list of ``[tensor name, dtype, shape]``."""
+    if not isinstance(value, list) or len(value) > _MAX_TENSORS:
+        raise BadValue(
+            f"must be a list of at most {_MAX_TENSORS} [name, dtype, shape] entries, {_got(value)}"
+        )
+    out = []
+    for i, item in enumerate(value):
+        if not (
+            isinstance(item, list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+        ):
+            raise BadValue(f"entry {i} must be [name, dtype, shape], {_got(item)}")
+        shape = item[2]
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise BadValue(
+                f"entry {i} ({item[0]!r}) must have a shape of non-negative integers, {_got(shape)}"
+            )
+        out.append((item[0][:_MAX_LINE], item[1][:16], tuple(shape)))
+    return tuple(out)
 
 
 def plain_map(value: Any) -> dict[str, Any]:

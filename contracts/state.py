@@ -135,6 +135,7 @@ class Contract:
     final_digest: str | None = None
     completed_at: float | None = None
     resets: int = 0
+    layout: tuple[tuple[str, str, tuple[int, ...]], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from contracts.fields import Layout
 from contracts.rounds import is_online, refresh_open_round
 from contracts.state import (
     ACTIVE,
@@ -85,6 +86,12 @@ def join(state: State, tx: Tx) -> State:
     if not node.online:
         raise RejectError(f"node {tx.sender!r} is offline; it must register again (node.register) first")
     params = Params(**tx.body["params"])
+    layout = tx.body.get("layout")
+    if layout is not None and contract.layout is not None and layout != contract.layout:
+        raise RejectError(
+            f"the model of {tx.sender!r} differs from the one training under contract {contract.name!r}: "
+            f"{layout_difference(contract.layout, layout)}"
+        )
     old = contract.members.get(tx.sender)
     member = Member(
         uid=tx.sender,
@@ -97,13 +104,33 @@ def join(state: State, tx: Tx) -> State:
         loss=None if old is None else old.loss,
         metric=None if old is None else old.metric,
     )
-    contract = replace(contract, status=ACTIVE, members=put(contract.members, tx.sender, member))
+    contract = replace(
+        contract,
+        status=ACTIVE,
+        members=put(contract.members, tx.sender, member),
+        layout=contract.layout if contract.layout is not None else layout,
+    )
     state = _with_contract(state, contract)
     book = state.rounds.get(contract.name) or Rounds()
     if book.open is None:
         first = Round(number=_next_number(book), status="OPEN", opened_at=tx.time)
         state = replace(state, rounds=put(state.rounds, contract.name, replace(book, open=first)))
     return refresh_open_round(state, contract.name, tx.time)
+
+
+def layout_difference(expected: Layout, got: Layout) -> str:
+    """Which tensor of ``got`` differs from ``expected`` (name, dtype or shape), in words."""
+    want = {name: (dtype, shape) for name, dtype, shape in expected}
+    have = {name: (dtype, shape) for name, dtype, shape in got}
+    for name in [n for n, _, _ in expected] + [n for n, _, _ in got]:
+        if name not in have:
+            return f"it has no tensor {name!r}"
+        if name not in want:
+            return f"it has a tensor {name!r} that the training's model lacks"
+        if have[name] != want[name]:
+            (dt, shape), (wdt, wshape) = have[name], want[name]
+            return f"tensor {name!r} is {dt}{list(shape)}, the training's is {wdt}{list(wshape)}"
+    return "the tensors are in another order"
 
 
 def _next_number(book: Rounds) -> int:

@@ -117,7 +117,10 @@ KINDS: Mapping[str, KindSpec] = {
     "node.offline": KindSpec(_SN, {"uid": f.Field(f.name), "reason": f.Field(f.text(500), "")}),
     "contract.create": KindSpec(ADMIN_ROLES, {"name": f.Field(f.name)}),
     "contract.reset": KindSpec(ADMIN_ROLES, {"name": f.Field(f.name)}),
-    "contract.join": KindSpec(_SL, {**_CONTRACT, "params": f.Field(_params, _params({}))}),
+    "contract.join": KindSpec(
+        _SL,
+        {**_CONTRACT, "params": f.Field(_params, _params({})), "layout": f.Field(f.optional(f.layout), None)},
+    ),
     "contract.progress": KindSpec(
         _SL,
         {
