@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -89,3 +94,63 @@ def bus_factory(address: BrokerAddress, network: str) -> MakeBus:
 def make_bus(mosquitto: ManagedBroker, network: str) -> MakeBus:
     """Open buses on the session's mosquitto, in this test's network."""
     return bus_factory(mosquitto.address, network)
+
+
+@dataclass
+class RunningSN:
+    """A ``swarm sn`` subprocess with its own broker, for end-to-end tests."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    data_dir: Path
+    log_path: Path
+    network: str = "swarm"
+
+    @property
+    def address(self) -> BrokerAddress:
+        return BrokerAddress("127.0.0.1", self.port)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_sn(data_dir: Path, *, extra: list[str] | None = None, timeout: float = 30.0) -> RunningSN:
+    """Start ``swarm sn --sentinel`` on a free port and wait for its ready line."""
+    _require_mosquitto()
+    from daemons.broker import free_port
+
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "sn.out"
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daemons.cli", "sn", "--sentinel", "--data-dir", str(data_dir),
+             "--sn-api-port", str(port), *(extra or [])],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    sn = RunningSN(proc, port, data_dir, log_path)
+    deadline = time.monotonic() + timeout
+    while "Starting SWARM-API-SERVER" not in sn.log():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            sn.stop(signal.SIGKILL)
+            raise RuntimeError(f"swarm sn did not start:\n{sn.log()[-3000:]}")
+        time.sleep(0.05)
+    return sn
+
+
+@pytest.fixture
+def sn(tmp_path: Path) -> Iterator[RunningSN]:
+    """A fresh SN (sentinel, own mosquitto) for this test."""
+    node = start_sn(tmp_path / "sn")
+    yield node
+    node.stop()

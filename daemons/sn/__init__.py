@@ -1,0 +1,1 @@
+"""The SN node: hosts the ledger and serves it over the bus."""

@@ -1,0 +1,69 @@
+"""Node liveness from retained presence: a node whose presence says ``offline`` (its will, or a clean
+exit) is marked offline in the ledger; so is a node the ledger thinks online that shows no presence at
+all for a grace period after the SN (re)connects (the broker lost its retained messages, say).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from contracts.ledger import Accepted, Ledger
+from contracts.tx import Rejection
+from daemons.bus import Bus
+from daemons.codec import CodecError
+
+__all__ = ["Liveness"]
+
+log = logging.getLogger("swarm.sn.liveness")
+
+Submit = Callable[[str, dict[str, object]], Awaitable[Accepted | Rejection]]
+
+
+class Liveness:
+    """Watches presence and submits ``node.offline`` for nodes that are gone."""
+
+    def __init__(self, bus: Bus, ledger: Ledger, submit: Submit, *, grace: float = 15.0) -> None:
+        self._bus = bus
+        self._ledger = ledger
+        self._submit = submit
+        self._grace = grace
+        self.online: set[str] = set()
+
+    async def run(self) -> None:
+        """Watch presence until cancelled."""
+        topic = self._bus.topics.presence()
+        async with self._bus.subscribe(topic, maxsize=100_000) as sub, asyncio.TaskGroup() as group:
+            group.create_task(self._sweep_after_grace())
+            async for message in sub:
+                try:
+                    env = self._bus.open(message)
+                except CodecError as exc:
+                    log.warning("ignored a bad presence message: %s", exc)
+                    continue
+                if env.kind != "presence":
+                    continue
+                if env.body.get("state") == "online":
+                    self.online.add(env.sender)
+                else:
+                    self.online.discard(env.sender)
+                    await self._mark_offline(env.sender, "its presence says offline")
+
+    async def _sweep_after_grace(self) -> None:
+        await asyncio.sleep(self._grace)
+        for uid, node in list(self._ledger.state.nodes.items()):
+            if uid != self._bus.uid and node.online and uid not in self.online:
+                await self._mark_offline(uid, f"no presence for {self._grace:g} s")
+
+    async def _mark_offline(self, uid: str, reason: str) -> None:
+        node = self._ledger.state.nodes.get(uid)
+        if node is None or not node.online or uid == self._bus.uid:
+            return
+        with contextlib.suppress(Exception):
+            result = await self._submit("node.offline", {"uid": uid, "reason": reason})
+            if isinstance(result, Rejection):
+                log.debug("node.offline %s rejected: %s", uid, result.reason)
+            else:
+                log.info("node %s is offline: %s", uid, reason)

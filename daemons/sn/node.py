@@ -1,0 +1,286 @@
+"""The SN daemon: opens (or creates) the ledger, runs the broker, serves the ledger over the bus.
+
+The sentinel seals blocks; another SN (``--sentinel-uid``) replicates the chain from it, serves reads
+from its own copy, and forwards writes. Sealing is one role of an SN, not a property of the code, so it
+can move to another SN when the sentinel is gone (failover itself is future work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contracts.blockstore import ChainError
+from contracts.ledger import Accepted, Ledger
+from contracts.machine import due_actions, next_deadline
+from contracts.tx import Rejection
+from contracts.views import QueryError, query
+from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
+from daemons.bus import Bus, BusConfig, Request, RpcError
+from daemons.bus.config import DEFAULT_PORT, BrokerAddress
+from daemons.codec import decode_envelope
+from daemons.codec.errors import CodecError
+from daemons.identity import Identity
+from daemons.sn.liveness import Liveness
+from daemons.sn.replica import Replica
+from daemons.sn.sealer import Sealer
+
+__all__ = ["SNNode", "SNOptions", "VERSION"]
+
+log = logging.getLogger("swarm.sn")
+VERSION = "0.1.0"
+_MAX_BLOCKS_PER_REPLY = 200
+
+
+@dataclass
+class SNOptions:
+    """How to run one SN."""
+
+    uid: str = "sn-1"
+    network: str = "swarm"
+    data_dir: Path = Path("swarm-sn")
+    sentinel: bool = True
+    sentinel_uid: str | None = None
+    host: str = "127.0.0.1"
+    api_port: int = DEFAULT_PORT
+    broker: BrokerAddress | None = None
+    broker_engine: str = "auto"
+    identity: Identity | None = None
+    liveness_grace: float = 15.0
+    extra_presence: dict[str, Any] = field(default_factory=dict)
+
+
+class SNNode:
+    """One SN: ledger + (own broker) + bus session + sealing, timers and liveness."""
+
+    def __init__(self, options: SNOptions) -> None:
+        self.options = options
+        self.ledger: Ledger | None = None
+        self.broker: ManagedBroker | None = None
+        self.sealer: Sealer | None = None
+        self.replica: Replica | None = None
+        self.started = time.time()
+        self.lock = threading.Lock()
+        self._stop = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def ledger_path(self) -> Path:
+        """Where the chain is stored."""
+        return self.options.data_dir / "ledger.db"
+
+    def _open_ledger(self) -> Ledger | None:
+        """Open the chain (verifying it), or create genesis as the sentinel; None for a new replica."""
+        ident = self.options.identity
+        verifier = ident.verifier() if ident else None
+        self.options.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.ledger_path.exists():
+            ledger = Ledger.open(self.ledger_path, verifier=verifier)
+            log.info("ledger %s verified: %d blocks", self.ledger_path, ledger.height + 1)
+            return ledger
+        if not self.options.sentinel:
+            return None
+        signer = ident.signer() if ident else None
+        ledger = Ledger.create(
+            self.ledger_path, sealer=signer, sealer_uid=self.options.uid, verifier=verifier, now=time.time()
+        )
+        log.info("created a new ledger with its genesis block at %s", self.ledger_path)
+        return ledger
+
+    def _start_broker(self) -> BrokerAddress:
+        opts = self.options
+        if opts.broker is not None:
+            return opts.broker
+        tls = None
+        if opts.identity is not None:
+            tls = BrokerTLS(opts.identity.ca_file(), opts.identity.cert, opts.identity.key)
+        settings = BrokerSettings(opts.data_dir / "broker", opts.host, opts.api_port, tls=tls)
+        self.broker = ManagedBroker(settings, opts.broker_engine)  # type: ignore[arg-type]
+        return self.broker.start()
+
+    def _bus_config(self, address: BrokerAddress) -> BusConfig:
+        ident = self.options.identity
+        tls = ident.tls() if ident else None
+        if tls is not None and not address.tls:
+            address = BrokerAddress(address.host, address.port, tls=True)
+        return BusConfig(address, self.options.uid, "sn", network=self.options.network, tls=tls)
+
+    # ------------------------------------------------------------------- run
+    async def run(self) -> None:
+        """Run until SIGTERM/SIGINT or ``stop()``."""
+        try:
+            self.ledger = await asyncio.to_thread(self._open_ledger)
+        except ChainError as exc:
+            raise SystemExit(f"swarm sn: {exc}") from None
+        address = await asyncio.to_thread(self._start_broker)
+        try:
+            await self._serve(address)
+        finally:
+            if self.broker is not None:
+                await asyncio.to_thread(self.broker.stop)
+            if self.ledger is not None:
+                self.ledger.close()
+
+    async def _serve(self, address: BrokerAddress) -> None:
+        opts = self.options
+        ident = opts.identity
+        presence = {
+            "role": "sn",
+            "sentinel": opts.sentinel,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "address": str(address),
+            **opts.extra_presence,
+        }
+        signer = ident.signer() if ident else None
+        verifier = ident.verifier() if ident else None
+        async with Bus(self._bus_config(address), signer=signer, verifier=verifier, presence=presence) as bus:
+            if self.ledger is None or not opts.sentinel:
+                self.replica = Replica(bus, self, opts.sentinel_uid)
+                self.ledger = await self.replica.start(self.ledger)
+            self.sealer = Sealer(self.ledger, bus, signer, self.lock) if opts.sentinel else None
+            bus.serve(self.handle)
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._supervise_broker(), name="sn.broker")]
+                if self.sealer is not None:
+                    tasks.append(group.create_task(self.sealer.run(), name="sn.sealer"))
+                    tasks.append(group.create_task(self._timers(), name="sn.timers"))
+                    liveness = Liveness(bus, self.ledger, self.sealer.submit_own, grace=opts.liveness_grace)
+                    tasks.append(group.create_task(liveness.run(), name="sn.liveness"))
+                    await self.sealer.submit_own("node.register", self._registration(address))
+                else:
+                    assert self.replica is not None  # noqa: S101 - set above for replicas
+                    tasks.append(group.create_task(self.replica.follow(), name="sn.replica"))
+                port = address.port
+                log.info("Starting SWARM-API-SERVER on port: %d", port)
+                self.ready.set()
+                await self._stop.wait()
+                for task in tasks:
+                    task.cancel()
+
+    def _registration(self, address: BrokerAddress) -> dict[str, Any]:
+        return {
+            "role": "sn",
+            "parent": None,
+            "host": socket.gethostname(),
+            "address": str(address),
+            "pid": os.getpid(),
+            "meta": {"sentinel": self.options.sentinel, "version": VERSION},
+        }
+
+    async def _supervise_broker(self) -> None:
+        if self.broker is not None:
+            await self.broker.supervise()
+
+    def stop(self) -> None:
+        """Ask the SN to shut down."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the SN gracefully."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    # ----------------------------------------------------------------- timers
+    async def _timers(self) -> None:
+        """Close rounds and replace leaders exactly when due (no polling tick)."""
+        assert self.sealer is not None  # noqa: S101 - only the sealing SN runs timers
+        assert self.ledger is not None  # noqa: S101
+        attempted: dict[tuple[str, str], float] = {}
+        while True:
+            self.sealer.changed.clear()
+            now = time.time()
+            for kind, body in due_actions(self.ledger.state, now):
+                key = (kind, repr(sorted(body.items())))
+                if now - attempted.get(key, 0.0) < 0.5:
+                    continue
+                attempted[key] = now
+                result = await self.sealer.submit_own(kind, body)
+                if isinstance(result, Rejection):
+                    log.debug("%s %s not applied: %s", kind, body, result.reason)
+            deadline = next_deadline(self.ledger.state)
+            wait = None if deadline is None else min(max(deadline - time.time(), 0.0) + 0.01, 60.0)
+            if wait is not None and wait < 0.5 and any(now - t < 0.5 for t in attempted.values()):
+                wait = 0.5
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.sealer.changed.wait(), wait)
+            attempted = {k: t for k, t in attempted.items() if time.time() - t < 5}
+
+    # -------------------------------------------------------------------- rpc
+    async def handle(self, request: Request) -> Any:
+        """Answer ``submit``, ``query``, ``status`` and ``blocks``."""
+        if request.method == "submit":
+            return await self._submit(request)
+        if request.method == "query":
+            return self._query(request.body)
+        if request.method == "status":
+            return self.status()
+        if request.method == "blocks":
+            return self._blocks(request.body)
+        raise RpcError("unknown-method", f"the SN has no method {request.method!r}")
+
+    async def _submit(self, request: Request) -> dict[str, Any]:
+        raw = request.body.get("tx")
+        if not isinstance(raw, bytes):
+            raise RpcError("bad-request", "submit needs 'tx': the signed transaction envelope")
+        if request.role != "sn":
+            try:
+                env = decode_envelope(raw, what="transaction")
+            except CodecError as exc:
+                raise RpcError("rejected", str(exc)) from None
+            if env.sender != request.sender:
+                raise RpcError(
+                    "rejected", f"{request.sender!r} may not submit a transaction of {env.sender!r}"
+                )
+        if self.sealer is None:
+            assert self.replica is not None  # noqa: S101
+            return await self.replica.forward(raw)
+        result = await self.sealer.submit(raw)
+        if isinstance(result, Rejection):
+            raise RpcError("rejected", result.reason)
+        assert isinstance(result, Accepted)  # noqa: S101
+        return {"height": result.height, "index": result.index, **dict(result.receipt)}
+
+    def _query(self, body: dict[str, Any]) -> Any:
+        assert self.ledger is not None  # noqa: S101
+        name, args = body.get("name"), body.get("args") or {}
+        if not isinstance(name, str) or not isinstance(args, dict):
+            raise RpcError("bad-request", "query needs 'name' (str) and 'args' (map)")
+        try:
+            return query(self.ledger.state, name, args)
+        except QueryError as exc:
+            raise RpcError("not-found", str(exc)) from None
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET CONTEXT VERSION`` and monitoring show."""
+        assert self.ledger is not None  # noqa: S101
+        return {
+            "uid": self.options.uid,
+            "version": VERSION,
+            "sentinel": self.options.sentinel,
+            "height": self.ledger.height,
+            "head": self.ledger.head_hash.hex(),
+            "signed": self.ledger.signed,
+            "started": self.started,
+            "broker": self.broker.engine if self.broker else "external",
+        }
+
+    def _blocks(self, body: dict[str, Any]) -> dict[str, Any]:
+        assert self.ledger is not None  # noqa: S101
+        start = body.get("start")
+        if not isinstance(start, int) or start < 0:
+            raise RpcError("bad-request", "blocks needs 'start' (a height)")
+        with self.lock:
+            raw = self.ledger.raw_blocks(start, start + _MAX_BLOCKS_PER_REPLY)
+        return {"blocks": raw, "head": self.ledger.height}

@@ -1,0 +1,118 @@
+"""A replicating SN: copies the sentinel's chain block by block, verifying each, and forwards writes.
+
+It subscribes to the sentinel's block feed first and then catches up by height, so no block is missed;
+a gap (a block that does not follow the head) triggers another catch-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from contracts.blockstore import ChainError
+from contracts.ledger import Ledger
+from daemons.bus import Bus, BusError, RemoteError, RpcError
+from daemons.codec import CodecError
+from daemons.sn.client import find_sn
+
+if TYPE_CHECKING:
+    from daemons.sn.node import SNNode
+
+__all__ = ["Replica"]
+
+log = logging.getLogger("swarm.sn.replica")
+
+
+class Replica:
+    """Follows the sentinel's chain."""
+
+    def __init__(self, bus: Bus, node: SNNode, sentinel_uid: str | None) -> None:
+        self._bus = bus
+        self._node = node
+        self._sentinel_uid = sentinel_uid
+        self.sentinel = ""
+        self._advanced = asyncio.Condition()
+
+    @property
+    def ledger(self) -> Ledger:
+        """The local copy of the chain."""
+        assert self._node.ledger is not None  # noqa: S101 - set by start()
+        return self._node.ledger
+
+    async def start(self, ledger: Ledger | None) -> Ledger:
+        """Find the sentinel and make sure a local chain (at least its genesis) exists."""
+        self.sentinel = self._sentinel_uid or await find_sn(self._bus, timeout=60)
+        if self.sentinel == self._bus.uid:
+            raise SystemExit("swarm sn: this SN has no ledger and is not the sentinel (use --sentinel)")
+        if ledger is not None:
+            return ledger
+        reply = await self._bus.request(self.sentinel, "blocks", {"start": 0}, timeout=30)
+        genesis = reply["blocks"][0]
+        ident = self._node.options.identity
+        verifier = ident.verifier() if ident else None
+        ledger = await asyncio.to_thread(
+            Ledger.from_genesis, self._node.ledger_path, genesis, verifier=verifier
+        )
+        log.info("replicating the ledger of %s into %s", self.sentinel, self._node.ledger_path)
+        return ledger
+
+    async def follow(self) -> None:
+        """Apply the sentinel's blocks as they come, until cancelled."""
+        topic = self._bus.topics.events(self.sentinel, "block")
+        async with self._bus.subscribe(topic, maxsize=100_000) as sub:
+            await self.catch_up()
+            async for message in sub:
+                try:
+                    env = self._bus.open(message)
+                except CodecError as exc:
+                    log.warning("ignored a bad block message: %s", exc)
+                    continue
+                height, raw = env.body.get("height"), env.body.get("raw")
+                if not isinstance(height, int) or not isinstance(raw, bytes) or height <= self.ledger.height:
+                    continue
+                if height == self.ledger.height + 1:
+                    await self._append(raw)
+                else:
+                    await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Fetch and append every block the sentinel has beyond our head."""
+        while True:
+            try:
+                reply = await self._bus.request(self.sentinel, "blocks", {"start": self.ledger.height + 1})
+            except BusError as exc:
+                log.warning("cannot catch up with %s: %s", self.sentinel, exc)
+                return
+            blocks = reply.get("blocks") or []
+            for raw in blocks:
+                await self._append(raw)
+            if not blocks or self.ledger.height >= int(reply.get("head", 0)):
+                return
+
+    async def _append(self, raw: bytes) -> None:
+        try:
+            await asyncio.to_thread(self._append_locked, raw)
+        except ChainError as exc:
+            log.error("refused a block from %s: %s", self.sentinel, exc)
+            return
+        async with self._advanced:
+            self._advanced.notify_all()
+
+    def _append_locked(self, raw: bytes) -> None:
+        with self._node.lock:
+            self.ledger.append_block(raw)
+
+    async def forward(self, raw: bytes) -> dict[str, Any]:
+        """Submit a write to the sentinel; return once our copy holds its block (read your writes)."""
+        try:
+            result = dict(await self._bus.request(self.sentinel, "submit", {"tx": raw}, timeout=30))
+        except RemoteError as exc:
+            raise RpcError(exc.code, exc.message) from None
+        height = int(result.get("height", 0))
+        async with self._advanced:
+            try:
+                await asyncio.wait_for(self._advanced.wait_for(lambda: self.ledger.height >= height), 10)
+            except TimeoutError:
+                log.warning("block %d has not reached this replica yet", height)
+        return result

@@ -1,0 +1,102 @@
+"""Group commit: transactions that arrive together are sealed into one block, durable before any ack.
+
+Sealing (decode, verify signatures, apply, SQLite commit with fsync) runs in a worker thread, so the
+event loop keeps answering queries and pings while a block is written. After each block the SN
+publishes one event per changed entity and the raw block for replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from contracts.ledger import Accepted, Ledger, SealResult
+from contracts.tx import Rejection
+from contracts.views import entity_view
+from daemons.bus import Bus
+from daemons.codec import SignerLike, encode_envelope, make_envelope
+
+__all__ = ["Sealer"]
+
+log = logging.getLogger("swarm.sn.sealer")
+MAX_BATCH = 2000
+
+OnBlock = Callable[[SealResult], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Pending:
+    raw: bytes
+    future: asyncio.Future[Accepted | Rejection]
+
+
+class Sealer:
+    """Seals submitted envelopes into blocks, in arrival order."""
+
+    def __init__(
+        self, ledger: Ledger, bus: Bus, signer: SignerLike | None, lock: threading.Lock | None = None
+    ) -> None:
+        self.ledger = ledger
+        self._lock = lock or threading.Lock()
+        self.bus = bus
+        self.signer = signer
+        self.blocks_sealed = 0
+        self.changed = asyncio.Event()
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+
+    async def submit(self, raw: bytes) -> Accepted | Rejection:
+        """Queue one envelope; returns once its block is on disk (or it was rejected)."""
+        future: asyncio.Future[Accepted | Rejection] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(raw, future))
+        return await future
+
+    async def submit_own(self, kind: str, body: dict[str, object]) -> Accepted | Rejection:
+        """Submit a transaction of the SN itself (liveness, round timers)."""
+        env = make_envelope(f"tx:{kind}", body, sender=self.bus.uid, role="sn", signer=self.signer)
+        return await self.submit(encode_envelope(env))
+
+    async def run(self) -> None:
+        """Seal until cancelled."""
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                result = await asyncio.to_thread(self._seal, [p.raw for p in batch])
+            except Exception as exc:  # the block was not stored: nothing was accepted
+                log.exception("sealing a block of %d transactions failed", len(batch))
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_result(Rejection(f"the SN could not store the block: {exc}"))
+                continue
+            for pending, outcome in zip(batch, result.results, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(outcome)
+            if result.height is not None:
+                self.blocks_sealed += 1
+                self.changed.set()
+                await self._announce(result)
+
+    def _seal(self, envelopes: list[bytes]) -> SealResult:
+        with self._lock:
+            return self.ledger.seal(envelopes, sealer=self.signer, sealer_uid=self.bus.uid, now=time.time())
+
+    async def _announce(self, result: SealResult) -> None:
+        """Publish the new block (for replicas) and the view of every entity it changed."""
+        assert result.height is not None  # noqa: S101 - only called for a sealed block
+        topics, uid = self.bus.topics, self.bus.uid
+        try:
+            with self._lock:
+                raw = self.ledger.raw_blocks(result.height, result.height + 1)[0]
+            await self.bus.send(topics.event(uid, "block"), "block", {"height": result.height, "raw": raw})
+            state = self.ledger.state
+            for kind, key in result.changes:
+                view = entity_view(state, kind, key)
+                body = {"entity": kind, "key": key, "height": result.height, "view": view}
+                await self.bus.send(topics.event(uid, kind, key), "event", body)
+        except Exception:
+            log.exception("could not publish the events of block %s", result.height)
