@@ -1,1 +1,1 @@
-"""Package."""
+"""The ML-side library: ``from swarmlearning.pyt import SwarmCallback`` works as in the reference system."""

@@ -59,6 +59,8 @@ class StateHolder:
         self._bus = bus
         self._held: OrderedDict[bytes, _Held] = OrderedDict()
         self._capacity = capacity
+        self.served: dict[bytes, set[str]] = {}
+        self.served_event = asyncio.Event()
 
     async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
         """Hash ``flat`` (off the event loop) and keep it servable; returns its manifest."""
@@ -102,6 +104,8 @@ class StateHolder:
             held.manifest.meta,
         )
         self._bus.spawn(publish_state(self._bus, held.flat, manifest, indices), f"publish {transfer}")
+        self.served.setdefault(digest, set()).add(request.sender)
+        self.served_event.set()
         return {"total": manifest.total, "chunks": n}
 
 
@@ -134,10 +138,12 @@ async def fetch_state(
     attempts: int = 3,
     max_total: int = MAX_STATE_BYTES,
     spare: np.ndarray | None = None,
+    keep: StateHolder | None = None,
 ) -> FlatState:
     """Fetch the state with ``digest`` from ``holder``; raise TransferError saying why it failed.
 
-    ``spare``: a buffer of a previous fetch to reassemble into when the size matches.
+    ``spare``: a buffer to reassemble into when the size matches; ``keep``: keep the result
+    servable there (with its verified manifest).
     """
     transfer = f"t{uuid.uuid4().hex[:20]}"
     reassembler = Reassembler(transfer, max_total=max_total, spare=spare)
@@ -161,6 +167,8 @@ async def fetch_state(
         raise TransferError(
             f"{holder!r} sent model {digest_hex(reassembler.manifest.digest)}, not {digest_hex(digest)}"
         )
+    if keep is not None:
+        keep.keep(flat, reassembler.manifest)
     return flat
 
 

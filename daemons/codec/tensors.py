@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +36,11 @@ __all__ = [
     "encode_chunk",
     "iter_chunks",
     "layout_for",
+    "layout_of",
     "make_manifest",
+    "check_layout",
     "manifest_from_body",
+    "spec_from_wire",
     "storage_dtype",
 ]
 
@@ -91,19 +94,28 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def layout_of(entries: Iterable[tuple[str, str, tuple[int, ...]]]) -> tuple[tuple[TensorSpec, ...], int]:
+    """Flat layout of ``(name, dtype label, shape)`` entries: specs and total size in bytes."""
+    specs: list[TensorSpec] = []
+    offset = 0
+    for name, label, shape in entries:
+        nbytes = math.prod(shape) * storage_dtype(label).itemsize
+        specs.append(TensorSpec(name, label, tuple(int(d) for d in shape), offset, nbytes))
+        offset = _align(offset + nbytes)
+    return tuple(specs), offset
+
+
 def layout_for(
     arrays: Mapping[str, np.ndarray], dtypes: Mapping[str, str] | None = None
 ) -> tuple[tuple[TensorSpec, ...], int]:
-    """Compute the flat layout of ``arrays``: specs and total size in bytes."""
-    specs: list[TensorSpec] = []
-    offset = 0
+    """Flat layout of ``arrays`` (wire dtype from ``dtypes`` or the array's own)."""
+    entries = []
     for name, arr in arrays.items():
         label = (dtypes or {}).get(name) or arr.dtype.name
         if storage_dtype(label).itemsize != arr.dtype.itemsize:
             raise CodecError(f"tensor {name!r}: dtype {label} does not match array of {arr.dtype}")
-        specs.append(TensorSpec(name, label, tuple(int(d) for d in arr.shape), offset, arr.nbytes))
-        offset = _align(offset + arr.nbytes)
-    return tuple(specs), offset
+        entries.append((name, label, tuple(arr.shape)))
+    return layout_of(entries)
 
 
 @dataclass(slots=True)
@@ -283,7 +295,8 @@ def decode_chunk(data: bytes | memoryview, *, what: str = "chunk") -> Chunk:
     return Chunk(transfer, index, count, offset, total, payload)
 
 
-def _spec_from_wire(item: Any, what: str) -> TensorSpec:
+def spec_from_wire(item: Any, what: str) -> TensorSpec:
+    """Validate one ``[name, dtype, shape, offset, nbytes]`` entry."""
     if not isinstance(item, list) or len(item) != 5:
         raise CodecError(f"{what}: each tensor must be [name, dtype, shape, offset, nbytes]")
     name, dtype, shape, offset, nbytes = item
@@ -301,7 +314,8 @@ def _spec_from_wire(item: Any, what: str) -> TensorSpec:
     return TensorSpec(name, dtype, tuple(shape), offset, nbytes)
 
 
-def _check_layout(specs: Sequence[TensorSpec], total: int, what: str) -> None:
+def check_layout(specs: Sequence[TensorSpec], total: int, what: str) -> None:
+    """Names unique, tensors inside ``total`` bytes and not overlapping."""
     names = set()
     end = 0
     for spec in sorted(specs, key=lambda s: s.offset):
@@ -330,8 +344,8 @@ def manifest_from_body(body: dict[str, Any], *, what: str = "manifest") -> Manif
     _check_chunk_size(chunk_size)
     if not isinstance(tensors, list) or len(tensors) > MAX_TENSORS:
         raise CodecError(f"{what}: 'tensors' must be a list of at most {MAX_TENSORS}")
-    specs = tuple(_spec_from_wire(item, what) for item in tensors)
-    _check_layout(specs, total, what)
+    specs = tuple(spec_from_wire(item, what) for item in tensors)
+    check_layout(specs, total, what)
     if not isinstance(chunks, list) or len(chunks) != _chunk_count(total, chunk_size):
         raise CodecError(f"{what}: expected {_chunk_count(total, chunk_size)} chunk digests")
     if not all(isinstance(c, bytes) and len(c) == _DIGEST_BYTES for c in chunks):

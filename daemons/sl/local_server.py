@@ -1,0 +1,71 @@
+"""The SL's end of the local socket: frames in, the session's answers out, one request at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daemons.codec import CodecError
+from daemons.codec.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from daemons.codec.tensors import FlatState
+
+__all__ = ["LocalServer"]
+
+log = logging.getLogger("swarm.sl.local")
+
+Handler = Callable[[dict[str, Any], np.ndarray | None], Awaitable[tuple[dict[str, Any], FlatState | None]]]
+
+
+class LocalServer:
+    """A unix socket that the ML program's SwarmCallback connects to."""
+
+    def __init__(self, path: Path, handler: Handler) -> None:
+        self.path = path
+        self._handler = handler
+        self._server: asyncio.Server | None = None
+        self.connections = 0
+
+    async def __aenter__(self) -> LocalServer:
+        """Listen (the socket file exists when this returns)."""
+        self._server = await asyncio.start_unix_server(self._client, path=str(self.path), limit=1 << 20)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    prefix = await reader.readexactly(HEADER_PREFIX.size)
+                except asyncio.IncompleteReadError:
+                    return  # the ML program closed the connection
+                header = decode_header(await reader.readexactly(header_length(prefix)))
+                size = payload_size(header)
+                payload = np.frombuffer(await reader.readexactly(size), np.uint8) if size else None
+                reply, flat = await self._handler(header, payload)
+                await self._send(writer, reply, flat)
+        except (CodecError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            log.error("dropped the ML program's connection: %s", exc)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, reply: dict[str, Any], flat: FlatState | None) -> None:
+        size = flat.total if flat is not None else 0
+        writer.write(encode_frame_head(reply, size))
+        if flat is not None:
+            writer.write(flat.buffer.data.cast("B"))
+        await writer.drain()

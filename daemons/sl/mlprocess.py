@@ -1,0 +1,98 @@
+"""The user's ML program as a child of the SL: started with its environment, logged, stopped gently."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import signal
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["MLProcess", "MLSpec"]
+
+log = logging.getLogger("swarm.sl.ml")
+
+
+@dataclass(frozen=True)
+class MLSpec:
+    """What to run: ``entrypoint command...`` in ``cwd`` with ``env`` added to ours."""
+
+    entrypoint: str
+    command: str
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+
+    def argv(self) -> list[str]:
+        """The command line (the reference's Entrypoint + Command)."""
+        return [*shlex.split(self.entrypoint), *shlex.split(self.command)]
+
+
+class MLProcess:
+    """One run of the ML program; its output goes to its log file and, line by line, to our log."""
+
+    def __init__(self, spec: MLSpec) -> None:
+        self.spec = spec
+        self.tail: deque[str] = deque(maxlen=40)
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running program."""
+        return self._proc.pid if self._proc is not None else None
+
+    async def start(self, extra_env: dict[str, str]) -> None:
+        """Start the program (a new process group, so a stop reaches its children too)."""
+        env = {**os.environ, **self.spec.env, **extra_env}
+        if env.pop("SWARM_BLAS_LIMITED", None):  # set for the daemons only (daemons/cli.py)
+            env.pop("OPENBLAS_NUM_THREADS", None)
+        argv = self.spec.argv()
+        log.info("starting ML program: %s (in %s)", shlex.join(argv), self.spec.cwd)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=self.spec.cwd,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                limit=1 << 22,  # progress bars write long lines
+            )
+        except OSError as exc:
+            raise RuntimeError(f"cannot start the ML program {shlex.join(argv)}: {exc}") from None
+
+    async def wait(self) -> int:
+        """Copy the program's output until it exits; returns its exit status."""
+        proc = self._proc
+        assert proc is not None  # noqa: S101 - started first
+        assert proc.stdout is not None  # noqa: S101 - PIPE was asked for
+        log_file = self.spec.log_path.open("a", buffering=1) if self.spec.log_path else None
+        try:
+            async for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                self.tail.append(line)
+                log.info("ml | %s", line)
+                if log_file is not None:
+                    log_file.write(line + "\n")
+            return await proc.wait()
+        finally:
+            if log_file is not None:
+                log_file.close()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the program's process group; SIGKILL it after ``grace`` seconds."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()

@@ -1,0 +1,176 @@
+"""The SL daemon: owns the node identity, runs the ML program, and takes part in its sync rounds.
+
+It registers with the SN, serves the models it holds to its peers, opens a local socket for the ML
+program's SwarmCallback, and stays a little after the final round until its peers have pulled the final
+model from it. Its exit status is the ML program's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemons.bus import Bus, BusConfig, Request, RpcError
+from daemons.bus.config import BrokerAddress
+from daemons.bus.transfer import FETCH_METHOD, StateHolder
+from daemons.identity import Identity
+from daemons.sl.merge import MergeOptions
+from daemons.sl.mlprocess import MLProcess, MLSpec
+from daemons.sl.rounds import RoundEngine
+from daemons.sl.session import MLSession, SessionSettings
+from daemons.sn.client import LedgerClient
+
+__all__ = ["SLNode", "SLOptions"]
+
+log = logging.getLogger("swarm.sl")
+
+
+@dataclass
+class SLOptions:
+    """How to run one SL."""
+
+    uid: str
+    broker: BrokerAddress
+    ml: MLSpec
+    network: str = "swarm"
+    sn_uid: str | None = None
+    identity: Identity | None = None
+    parent: str | None = None
+    settings: SessionSettings = field(default_factory=SessionSettings.from_env)
+    linger: float = 30.0
+    sn_timeout: float = 60.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SLNode:
+    """One SL and its ML program."""
+
+    def __init__(self, options: SLOptions) -> None:
+        self.options = options
+        self.ml = MLProcess(options.ml)
+        self.session: MLSession | None = None
+        self.holder: StateHolder | None = None
+        self._stop = asyncio.Event()
+
+    def _bus(self) -> Bus:
+        opts = self.options
+        ident = opts.identity
+        broker = opts.broker
+        if ident is not None and not broker.tls:
+            broker = BrokerAddress(broker.host, broker.port, tls=True)
+        config = BusConfig(broker, opts.uid, "sl", network=opts.network, tls=ident.tls() if ident else None)
+        presence = {"role": "sl", "parent": opts.parent, "host": socket.gethostname(), "pid": os.getpid()}
+        return Bus(
+            config,
+            signer=ident.signer() if ident else None,
+            verifier=ident.verifier() if ident else None,
+            presence=presence,
+        )
+
+    async def run(self) -> int:
+        """Run the ML program to its end; returns its exit status."""
+        sock_dir = Path(tempfile.mkdtemp(prefix="swarm-sl-"))
+        try:
+            async with self._bus() as bus:
+                ledger = await LedgerClient.connect(
+                    bus, timeout=self.options.sn_timeout, prefer=self.options.sn_uid
+                )
+                await ledger.submit("node.register", self._registration())
+                self.holder = StateHolder(bus)
+                bus.serve(self._rpc)
+                self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings)
+                return await self._run_ml(sock_dir / "sl.sock", ledger)
+        finally:
+            shutil.rmtree(sock_dir, ignore_errors=True)
+
+    def _registration(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "role": "sl",
+            "parent": opts.parent,
+            "host": socket.gethostname(),
+            "address": "",
+            "pid": os.getpid(),
+            "meta": {"program": opts.ml.command, **opts.meta},
+        }
+
+    def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:
+        def make(contract: str, method: str, options: MergeOptions) -> RoundEngine:
+            assert self.holder is not None  # noqa: S101 - created before the session
+            return RoundEngine(bus, ledger, self.holder, contract, merge_method=method, merge_options=options)
+
+        return make
+
+    async def _rpc(self, request: Request) -> Any:
+        if request.method == FETCH_METHOD and self.holder is not None:
+            return await self.holder.handle_fetch(request)
+        raise RpcError("unknown-method", f"the SL has no method {request.method!r}")
+
+    async def _run_ml(self, sock: Path, ledger: LedgerClient) -> int:
+        from daemons.sl.local_server import LocalServer  # noqa: PLC0415 - keeps import light for --help
+
+        assert self.session is not None  # noqa: S101
+        async with LocalServer(sock, self.session.handle), asyncio.TaskGroup() as group:
+            env = {"SWARM_SL_SOCKET": str(sock), "SWARM_NODE_UID": self.options.uid, "PYTHONUNBUFFERED": "1"}
+            await self.ml.start(env)
+            stopper = group.create_task(self._stop_ml_when_asked(), name="sl.stopper")
+            code = await self.ml.wait()
+            stopper.cancel()
+            log.info("ML program exited with status %d", code)
+            if code == 0 and self.session.ended:
+                await self._linger(ledger)
+        return code
+
+    async def _stop_ml_when_asked(self) -> None:
+        await self._stop.wait()
+        log.info("stopping: sending SIGTERM to the ML program")
+        await self.ml.stop()
+
+    async def _linger(self, ledger: LedgerClient) -> None:
+        """Serve the final model until every other participant of the final round has pulled it."""
+        session, holder = self.session, self.holder
+        if session is None or holder is None or session.final is None:
+            return
+        digest = bytes.fromhex(session.final.digest)
+        others = await self._final_participants(ledger, session.contract)
+        deadline = time.monotonic() + self.options.linger
+        while not others <= holder.served.get(digest, set()) and time.monotonic() < deadline:
+            holder.served_event.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(holder.served_event.wait(), max(deadline - time.monotonic(), 0.01))
+        missing = others - holder.served.get(digest, set())
+        if missing:
+            log.info(
+                "not every peer pulled the final model from this node (%s); they have other sources",
+                sorted(missing),
+            )
+
+    async def _final_participants(self, ledger: LedgerClient, contract: str) -> set[str]:
+        try:
+            view = await ledger.query("contract.rounds", name=contract)
+        except Exception:  # the SN may be gone at the very end; nothing to wait for then
+            return set()
+        finals = [r for r in view.get("finished") or [] if r.get("final")]
+        if not finals or finals[-1].get("leader") != self.options.uid:
+            return set()
+        return set(finals[-1].get("participants") or []) - {self.options.uid}
+
+    def stop(self) -> None:
+        """Stop the ML program gently (SIGTERM, then SIGKILL after a grace period); run() then ends."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the node gently."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)

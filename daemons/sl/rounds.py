@@ -1,0 +1,323 @@
+"""The SL's part in sync rounds: check in, wait for the ledger to close the round, merge when leader,
+load the merged model whose digest the ledger recorded.
+
+Weights never go through the ledger: a node keeps what it checked in servable (``StateHolder``); the
+leader pulls every participant's weights, merges them off the event loop, holds the result and records
+its digest; participants pull the merged weights from the leader and check them against that digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daemons.bus import Bus, BusError
+from daemons.bus.transfer import StateHolder, TransferError, fetch_state
+from daemons.codec.tensors import FlatState, TensorSpec
+from daemons.sl.merge import MergeError, MergeOptions, merge_flat
+from daemons.sn.client import LedgerClient, Rejected
+
+__all__ = ["RoundEngine", "RoundResult"]
+
+log = logging.getLogger("swarm.sl.rounds")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    """What a sync gave: the weights to continue with, their digest, and which round made them."""
+
+    flat: FlatState
+    digest: str
+    round: int | None
+    final: bool = False
+    merged: bool = True
+
+
+def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
+    """Round ``number`` in a ``contract.rounds`` view."""
+    candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
+    return next((r for r in candidates if r and r.get("round") == number), None)
+
+
+def layout_difference(mine: Sequence[TensorSpec], theirs: Sequence[TensorSpec]) -> str | None:
+    """None when two layouts agree, else which tensor differs and how."""
+    a = {s.name: s for s in mine}
+    b = {s.name: s for s in theirs}
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            return f"tensor {name!r} is missing"
+        if name not in a:
+            return f"tensor {name!r} is extra"
+        if (a[name].dtype, a[name].shape) != (b[name].dtype, b[name].shape):
+            return (
+                f"tensor {name!r} is {b[name].dtype}{list(b[name].shape)}, "
+                f"expected {a[name].dtype}{list(a[name].shape)}"
+            )
+    return None
+
+
+class RoundEngine:
+    """Sync rounds of one node in one training contract."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        ledger: LedgerClient,
+        holder: StateHolder,
+        contract: str,
+        *,
+        merge_method: str = "mean",
+        merge_options: MergeOptions | None = None,
+        fetch_timeout: float = 10.0,
+    ) -> None:
+        self.bus = bus
+        self.ledger = ledger
+        self.holder = holder
+        self.contract = contract
+        self.merge_method = merge_method
+        self.merge_options = merge_options or MergeOptions()
+        self.fetch_timeout = fetch_timeout
+        self.latest: RoundResult | None = None
+        self.rounds_led = 0
+        self.rounds_done = 0
+
+    @property
+    def uid(self) -> str:
+        """This node."""
+        return self.bus.uid
+
+    # ------------------------------------------------------------ entry points
+    async def begin(self, flat: FlatState, *, samples: int, weight: float) -> RoundResult:
+        """The first sync: load the latest merged model, or take part in the init round."""
+        while True:
+            model = await self.ledger.query("contract.model", name=self.contract)
+            latest = model.get("latest") if isinstance(model, dict) else None
+            if latest:
+                result = await self._load(latest["digest"], [latest["leader"]], int(latest["round"]))
+                log.info("starting from the swarm's model %s of round %s", result.digest[:16], result.round)
+                return result
+            try:
+                return await self._take_part(flat, samples=samples, weight=weight, init=True)
+            except Rejected as exc:
+                if "latest" not in exc.reason and "merged model" not in exc.reason:
+                    raise
+                log.info("a merged model appeared meanwhile: %s", exc.reason)
+
+    async def sync(self, flat: FlatState, *, samples: int, weight: float) -> RoundResult:
+        """A regular sync: merge with whoever checks in to the open round."""
+        return await self._take_part(flat, samples=samples, weight=weight, init=False)
+
+    async def finish(self, flat: FlatState, *, mode: str, samples: int, weight: float) -> RoundResult:
+        """Training is over here: keep contributing ``mode``'s model until the final round merges."""
+        await self.ledger.submit("contract.done", {"contract": self.contract, "mode": mode})
+        own = self.latest.flat if mode == "active" and self.latest is not None else flat
+        weight = 0.0 if mode == "inactive" else weight
+        async with self.ledger.watch("round", self.contract) as watch:
+            while True:
+                status = await self.ledger.query("contract.status", name=self.contract)
+                if status.get("status") == "COMPLETE" and status.get("final_digest"):
+                    return await self._load_final(status)
+                view = await self.ledger.query("contract.rounds", name=self.contract)
+                if self._should_join(view, status):
+                    result = await self._take_part(
+                        own, samples=samples, weight=weight, init=False, keep_own=True
+                    )
+                    if result.final:
+                        return result
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await watch.next(timeout=5.0)
+
+    def _should_join(self, view: dict[str, Any], status: dict[str, Any]) -> bool:
+        """A finished node joins an open round others are in, the final round, or any when no one trains."""
+        open_round = view.get("open")
+        if not open_round:
+            return False
+        checked_in = {c["uid"] for c in open_round.get("checkins") or []}
+        if self.uid in checked_in:
+            return False
+        return bool(open_round.get("final") or checked_in or status.get("active") == 0)
+
+    async def _load_final(self, status: dict[str, Any]) -> RoundResult:
+        digest = str(status["final_digest"])
+        latest = status.get("latest_model") or {}
+        leader = latest.get("leader")
+        return await self._load(digest, [leader] if leader else [], latest.get("round"), final=True)
+
+    # ----------------------------------------------------------------- a round
+    async def _take_part(
+        self, flat: FlatState, *, samples: int, weight: float, init: bool, keep_own: bool = False
+    ) -> RoundResult:
+        manifest = await self.holder.add(flat)
+        digest = manifest.digest.hex()
+        body = {
+            "contract": self.contract,
+            "digest": digest,
+            "samples": samples,
+            "weight": weight,
+            "init": init,
+        }
+        async with self.ledger.watch("round", self.contract) as watch:
+            receipt = await self.ledger.submit("round.checkin", body)
+            number = int(receipt["round"])
+            log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
+            view = await self.ledger.query("contract.rounds", name=self.contract)
+            leading: asyncio.Task[None] | None = None
+            try:
+                while True:
+                    rnd = _find(view, number)
+                    result, leading = await self._step(rnd, number, flat, digest, keep_own, leading)
+                    if result is not None:
+                        self.rounds_done += 1
+                        return result
+                    view = (await watch.next()).view
+            finally:
+                if leading is not None and not leading.done():
+                    leading.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await leading
+
+    async def _step(
+        self,
+        rnd: dict[str, Any] | None,
+        number: int,
+        own: FlatState,
+        digest: str,
+        keep_own: bool,
+        leading: asyncio.Task[None] | None,
+    ) -> tuple[RoundResult | None, asyncio.Task[None] | None]:
+        """React to the latest view of our round; a result ends the round for us."""
+        if rnd is None:
+            return None, leading
+        status = rnd.get("status")
+        if status == "CLOSED":
+            if self.uid not in (rnd.get("participants") or []):
+                log.warning("round %d closed without this node; continuing with its own model", number)
+                return RoundResult(own, digest, number, merged=False), leading
+            if rnd.get("leader") == self.uid and (leading is None or leading.done()):
+                leading = asyncio.get_running_loop().create_task(self._lead_safely(rnd, own))
+            return None, leading
+        if status == "ABANDONED":
+            log.warning("round %d was abandoned (%s); continuing with own model", number, rnd.get("reason"))
+            return RoundResult(own, digest, number, merged=False), leading
+        if status != "MERGED":
+            return None, leading
+        if keep_own and not rnd.get("final"):
+            return RoundResult(own, digest, number, merged=False), leading
+        sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
+        result = await self._load(
+            str(rnd["digest"]), [s for s in sources if s], number, final=bool(rnd.get("final"))
+        )
+        return result, leading
+
+    async def _load(
+        self, digest: str, sources: Sequence[str], number: int | None, *, final: bool = False
+    ) -> RoundResult:
+        """The merged model ``digest``: held already, or pulled from the first source that has it."""
+        raw = bytes.fromhex(digest)
+        flat = self.holder.get(raw)
+        errors: list[str] = []
+        for source in dict.fromkeys(s for s in sources if s != self.uid):
+            if flat is not None:
+                break
+            try:
+                flat = await fetch_state(self.bus, source, raw, keep=self.holder)
+            except TransferError as exc:
+                errors.append(str(exc))
+        if flat is None:
+            raise BusError(
+                f"cannot load merged model {digest[:16]}: " + ("; ".join(errors) or "no source holds it")
+            )
+        result = RoundResult(flat, digest, number, final=final)
+        self.latest = result
+        return result
+
+    # -------------------------------------------------------------- leading
+    async def _lead_safely(self, rnd: dict[str, Any], own: FlatState) -> None:
+        try:
+            await self._lead(rnd, own)
+        except asyncio.CancelledError:
+            raise
+        except Rejected as exc:
+            log.warning("round %s: the ledger refused our merge: %s", rnd.get("round"), exc.reason)
+        except Exception:
+            log.exception("round %s: merging failed; the ledger will choose another leader", rnd.get("round"))
+
+    async def _lead(self, rnd: dict[str, Any], own: FlatState) -> None:
+        number = int(rnd["round"])
+        checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
+        participants = [uid for uid in rnd.get("participants") or [] if uid in checkins]
+        log.info("leading round %d of %s with %d participants", number, self.contract, len(participants))
+        delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
+        if delay > 0:  # fault injection for tests and demos of leader failure
+            log.warning("SWARM_DEBUG_MERGE_DELAY: waiting %g s before merging", delay)
+            await asyncio.sleep(delay)
+        if rnd.get("init") or all(checkins[uid].get("init") for uid in participants):
+            merged, contributors = own, [self.uid]
+        else:
+            merged, contributors = await self._merge_round(participants, checkins, own)
+        manifest = await self.holder.add(merged)
+        await self.ledger.submit(
+            "round.merged",
+            {
+                "contract": self.contract,
+                "round": number,
+                "digest": manifest.digest.hex(),
+                "contributors": contributors,
+            },
+        )
+        self.rounds_led += 1
+        log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
+
+    async def _merge_round(
+        self, participants: list[str], checkins: dict[str, dict[str, Any]], own: FlatState
+    ) -> tuple[FlatState, list[str]]:
+        rows = np.empty((len(participants), own.total), dtype=np.uint8)
+        fetched = await asyncio.gather(
+            *(
+                self._fetch_row(uid, checkins[uid]["digest"], rows[i], own)
+                for i, uid in enumerate(participants)
+            )
+        )
+        keep = [i for i, ok in enumerate(fetched) if ok]
+        contributors = [participants[i] for i in keep]
+        weights = [float(checkins[participants[i]].get("weight") or 0.0) for i in keep]
+        if sum(weights) <= 0:
+            weights = [1.0] * len(keep)
+        layout = [s.as_list() for s in own.specs]
+        specs_tuple = [(s[0], s[1], tuple(s[2]), s[3], s[4]) for s in layout]
+        matrix = rows[keep] if len(keep) < len(participants) else rows
+        try:
+            buffer = await asyncio.to_thread(
+                merge_flat, matrix, specs_tuple, weights, self.merge_method, options=self.merge_options
+            )
+        except MergeError as exc:
+            raise BusError(f"merge failed: {exc}") from None
+        return FlatState(own.specs, buffer), contributors
+
+    async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> bool:
+        """Put ``uid``'s checked-in weights in ``row``; False (and a log line) when they cannot be used."""
+        if uid == self.uid:
+            row[:] = own.buffer
+            return True
+        try:
+            flat = await fetch_state(
+                self.bus, uid, bytes.fromhex(digest), spare=row, idle_timeout=self.fetch_timeout
+            )
+        except (TransferError, BusError) as exc:
+            log.warning("leaving %s out of the merge: %s", uid, exc)
+            return False
+        problem = layout_difference(own.specs, flat.specs)
+        if problem is not None or flat.total != own.total:
+            log.warning("leaving %s out of the merge: its model differs: %s", uid, problem or "size differs")
+            return False
+        if flat.buffer is not row:
+            row[:] = flat.buffer
+        return True

@@ -1,0 +1,177 @@
+"""What the SL does for each request of its ML program: ``hello``, ``begin``, ``sync``, ``progress``, ``end``.
+
+Every answer to ``begin``, ``sync`` and ``end`` carries weights back: the merged model (or the node's
+own when a round ended without a merge). Errors become an ``error`` frame whose message the ML raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daemons.bus import BusError
+from daemons.codec import CodecError
+from daemons.codec.frames import layout_from_wire
+from daemons.codec.tensors import FlatState
+from daemons.sl.merge import MERGE_METHODS, MergeOptions
+from daemons.sl.rounds import RoundEngine, RoundResult
+from daemons.sn.client import LedgerClient, Rejected
+
+__all__ = ["MLSession", "SessionSettings"]
+
+log = logging.getLogger("swarm.sl.session")
+
+Reply = tuple[dict[str, Any], FlatState | None]
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Node-level settings from the SL's environment (the reference's SL_* variables)."""
+
+    admin: bool = True
+    quorum_wait: float = 5.0
+    leader_timeout: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> SessionSettings:
+        """``SL_MAKE_ME_ADMIN``, ``SL_WAIT_FOR_FULL_QUORUM_SECONDS``, ``SL_LEADER_FAILURE_BASE_TIMEOUT``."""
+        source = os.environ if env is None else env
+        admin = source.get("SL_MAKE_ME_ADMIN", "true").strip().lower() not in ("false", "0", "no", "off")
+        return cls(
+            admin=admin,
+            quorum_wait=float(source.get("SL_WAIT_FOR_FULL_QUORUM_SECONDS", cls.quorum_wait)),
+            leader_timeout=float(source.get("SL_LEADER_FAILURE_BASE_TIMEOUT", cls.leader_timeout)),
+        )
+
+
+class MLSession:
+    """One ML program's session with this SL."""
+
+    def __init__(self, ledger: LedgerClient, engine_factory: Any, settings: SessionSettings) -> None:
+        self.ledger = ledger
+        self._engine_factory = engine_factory
+        self.settings = settings
+        self.engine: RoundEngine | None = None
+        self.params: dict[str, Any] = {}
+        self.final: RoundResult | None = None
+        self.ended = False
+
+    @property
+    def contract(self) -> str:
+        """The training contract of this session."""
+        return str(self.params.get("contract", ""))
+
+    async def handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
+        """Answer one request; never raises for the ML's mistakes or the swarm's refusals."""
+        op = header.get("op")
+        try:
+            if op == "hello":
+                return await self._hello(header)
+            if self.engine is None:
+                return _error(f"{op!r} before 'hello': the SwarmCallback must open the session first")
+            if op in ("begin", "sync", "end"):
+                return await self._exchange(str(op), header, _flat(header, payload))
+            if op == "progress":
+                await self._progress(header)
+                return {"op": "ok"}, None
+            return _error(f"unknown request {op!r}")
+        except Rejected as exc:
+            log.error("the ledger refused %s: %s", exc.kind, exc.reason)
+            return _error(exc.reason)
+        except (BusError, CodecError, ValueError) as exc:
+            log.error("%s failed: %s", op, exc)
+            return _error(f"{op} failed: {exc}")
+        except Exception as exc:
+            log.exception("%s failed", op)
+            return _error(f"{op} failed in the SL: {type(exc).__name__}: {exc}")
+
+    async def _hello(self, header: dict[str, Any]) -> Reply:
+        params = header.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("contract"), str):
+            return _error("hello needs 'params' with the training contract")
+        method = str(params.get("merge_method", "mean")).lower()
+        if method not in MERGE_METHODS:
+            return _error(f"mergeMethod {method!r} is not one of {', '.join(MERGE_METHODS)}")
+        self.params = params
+        join = {
+            "sync_frequency": int(params.get("sync_frequency") or 1),
+            "min_peers": int(params.get("min_peers") or 1),
+            "node_weightage": float(params.get("node_weightage") or 1),
+            "merge_method": method,
+            "total_epochs": int(params.get("total_epochs") or 0),
+            "admin": self.settings.admin,
+            "quorum_wait": self.settings.quorum_wait,
+            "leader_timeout": self.settings.leader_timeout,
+        }
+        body: dict[str, Any] = {"contract": self.contract, "params": join}
+        if isinstance(header.get("layout"), list):
+            body["layout"] = [list(item[:3]) for item in header["layout"] if isinstance(item, list)]
+        await self.ledger.submit("contract.join", body)
+        self.engine = self._engine_factory(self.contract, method, MergeOptions())
+        log.info(
+            "ML program (pid %s, %s) joined contract %s",
+            header.get("pid"),
+            header.get("platform"),
+            self.contract,
+        )
+        return {"op": "ok", "uid": self.ledger.bus.uid, "contract": self.contract}, None
+
+    def _weight(self, header: dict[str, Any]) -> tuple[int, float]:
+        samples = int(header.get("samples") or 0)
+        weightage = float(self.params.get("node_weightage") or 1)
+        return samples, weightage * samples if samples > 0 else weightage
+
+    async def _exchange(self, op: str, header: dict[str, Any], flat: FlatState) -> Reply:
+        assert self.engine is not None  # noqa: S101 - checked by handle
+        samples, weight = self._weight(header)
+        if op == "begin":
+            result = await self.engine.begin(flat, samples=samples, weight=weight)
+        elif op == "sync":
+            result = await self.engine.sync(flat, samples=samples, weight=weight)
+            await self._progress(header)
+        else:
+            mode = str(header.get("mode") or "snapshot")
+            result = await self.engine.finish(flat, mode=mode, samples=samples, weight=weight)
+            self.final, self.ended = result, True
+        reply = {
+            "op": "ok",
+            "digest": result.digest,
+            "round": result.round,
+            "merged": result.merged,
+            "final": result.final,
+            "training_over": op == "end",
+            "next_sync_interval": int(self.params.get("sync_frequency") or 1),
+            "layout": [s.as_list() for s in result.flat.specs],
+        }
+        return reply, result.flat
+
+    async def _progress(self, header: dict[str, Any]) -> None:
+        if header.get("epochs_done") is None:
+            return
+        body = {
+            "contract": self.contract,
+            "epochs_done": int(header.get("epochs_done") or 0),
+            "total_epochs": int(header.get("total_epochs") or self.params.get("total_epochs") or 0),
+            "loss": _number(header.get("loss")),
+            "metric": _number(header.get("metric")),
+        }
+        await self.ledger.submit("contract.progress", body)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _flat(header: dict[str, Any], payload: np.ndarray | None) -> FlatState:
+    if payload is None:
+        raise ValueError("the request carries no weights")
+    specs = layout_from_wire(header.get("layout"), payload.nbytes, what="weights from the ML program")
+    return FlatState(specs, payload)
+
+
+def _error(message: str) -> Reply:
+    return {"op": "error", "message": message}, None

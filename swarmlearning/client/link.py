@@ -1,0 +1,90 @@
+"""The ML program's end of the local socket to its SL (blocking: training code is synchronous)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import numpy as np
+
+from daemons.codec.errors import CodecError
+from daemons.codec.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+
+__all__ = ["LinkError", "SLLink"]
+
+
+class LinkError(RuntimeError):
+    """The SL could not be reached, went away, or answered with an error."""
+
+
+class SLLink:
+    """Request/response over a unix socket: ``(header, payload) -> (header, payload)``."""
+
+    def __init__(self, path: str, *, connect_timeout: float = 60.0) -> None:
+        self.path = path
+        self._sock = self._connect(path, connect_timeout)
+
+    @staticmethod
+    def _connect(path: str, timeout: float) -> socket.socket:
+        deadline = time.monotonic() + timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise LinkError(f"cannot reach the SL at {path}: {exc}") from None
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._sock.close()
+
+    def call(
+        self,
+        op: str,
+        header: dict[str, Any] | None = None,
+        payload: np.ndarray | None = None,
+        *,
+        into: np.ndarray | None = None,
+    ) -> tuple[dict[str, Any], np.ndarray | None]:
+        """Send one request and wait (as long as it takes: a sync blocks until the round ends).
+
+        ``into``: a uint8 buffer to receive the answer's payload in, when its size matches.
+        """
+        body = payload.data.cast("B") if payload is not None else memoryview(b"")
+        try:
+            self._sock.sendall(encode_frame_head({"op": op, **(header or {})}, len(body)))
+            if len(body):
+                self._sock.sendall(body)
+            reply = decode_header(self._recv_exactly(header_length(self._recv_exactly(HEADER_PREFIX.size))))
+            data = self._recv_payload(payload_size(reply), into)
+        except (OSError, CodecError) as exc:
+            raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None
+        if reply.get("op") == "error":
+            raise LinkError(str(reply.get("message", "the SL reported an error")))
+        return reply, data
+
+    def _recv_exactly(self, n: int) -> bytes:
+        buf = bytearray(n)
+        self._recv_into(memoryview(buf))
+        return bytes(buf)
+
+    def _recv_payload(self, n: int, into: np.ndarray | None) -> np.ndarray | None:
+        if n == 0:
+            return None
+        target = into if into is not None and into.nbytes == n and into.dtype == np.uint8 else None
+        out = target if target is not None else np.empty(n, dtype=np.uint8)
+        self._recv_into(out.data.cast("B"))
+        return out
+
+    def _recv_into(self, view: memoryview) -> None:
+        got = 0
+        while got < len(view):
+            n = self._sock.recv_into(view[got:])
+            if n == 0:
+                raise ConnectionError("the SL closed the connection")
+            got += n

@@ -1,0 +1,346 @@
+"""SwarmCallbackBase: parameters and hooks of the reference system's SwarmCallback, any ML platform.
+
+A platform subclass (``swarmlearning.pyt``) supplies four things: collect the model's weights into a
+flat buffer, load weights from one, compute validation loss/metric, and name its platform. Everything
+else — validation of the parameters, the sync schedule, talking to the SL, the log lines — is here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from daemons.codec.frames import layout_from_wire, layout_to_wire
+from daemons.codec.tensors import FlatState
+from swarmlearning.client.link import LinkError, SLLink
+
+__all__ = [
+    "CHECKIN_MODES",
+    "DEFAULT_CONTRACT",
+    "MERGE_METHODS",
+    "SwarmCallbackBase",
+    "SwarmError",
+    "SwarmParams",
+    "loopback_enabled",
+]
+
+DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
+MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
+CHECKIN_MODES = ("inactive", "snapshot", "active")
+FINAL_MESSAGE = "All peers and Swarm training rounds finished. Final Swarm model was loaded."
+
+# old parameter names of the reference system (v0.3/1.x) -> current ones
+_ALIASES = {
+    "sync_interval": "syncFrequency",
+    "min_peers": "minPeers",
+    "use_adaptive_sync": "useAdaptiveSync",
+    "val_data": "adsValData",
+    "val_batch_size": "adsValBatchSize",
+    "node_weightage": "nodeWeightage",
+    "merge_method": "mergeMethod",
+    "training_contract": "trainingContract",
+    "total_epochs": "totalEpochs",
+}
+
+
+class SwarmError(ValueError):
+    """A SwarmCallback parameter or a swarm operation is wrong; the message says which and why."""
+
+
+def loopback_enabled() -> bool:
+    """``SWARM_LOOPBACK=true`` (any case): train alone, every hook returns at once."""
+    return os.environ.get("SWARM_LOOPBACK", "").strip().lower() in ("true", "1", "yes", "on")
+
+
+def _require_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise SwarmError(f"SwarmCallback: {name} must be an integer {bounds}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmParams:
+    """The validated parameters of a SwarmCallback."""
+
+    sync_frequency: int
+    min_peers: int
+    training_contract: str
+    use_adaptive_sync: bool
+    node_weightage: int
+    merge_method: str
+    checkin_mode: str
+    total_epochs: int
+    sample_count: int | None
+
+    def wire(self) -> dict[str, Any]:
+        """What the SL needs to know of them."""
+        return {
+            "sync_frequency": self.sync_frequency,
+            "min_peers": self.min_peers,
+            "contract": self.training_contract,
+            "node_weightage": self.node_weightage,
+            "merge_method": self.merge_method,
+            "checkin_mode": self.checkin_mode,
+            "total_epochs": self.total_epochs,
+            "sample_count": self.sample_count,
+        }
+
+
+def parse_params(
+    sync_frequency: Any, min_peers: Any, kwargs: dict[str, Any], logger: logging.Logger
+) -> SwarmParams:
+    """Validate the constructor's arguments as the reference system does; raise SwarmError."""
+    contract = kwargs.get("trainingContract", DEFAULT_CONTRACT)
+    if not isinstance(contract, str) or not contract:
+        raise SwarmError("SwarmCallback: trainingContract must be a non-empty string")
+    merge = kwargs.get("mergeMethod", "mean")
+    if not isinstance(merge, str) or merge.lower() not in MERGE_METHODS:
+        raise SwarmError(
+            f"SwarmCallback: mergeMethod must be one of {', '.join(MERGE_METHODS)}, got {merge!r}"
+        )
+    mode = kwargs.get("checkinModelOnTrainEnd", "snapshot")
+    if not isinstance(mode, str) or mode.lower() not in CHECKIN_MODES:
+        raise SwarmError(
+            f"SwarmCallback: checkinModelOnTrainEnd must be one of {', '.join(CHECKIN_MODES)}, got {mode!r}"
+        )
+    total = kwargs.get("totalEpochs")
+    if total is None:
+        logger.warning("SwarmCallback: totalEpochs is not set; progress and ETA are not shown")
+        total = 0
+    else:
+        total = _require_int("totalEpochs", total, 1)
+    adaptive = bool(kwargs.get("useAdaptiveSync", False))
+    if adaptive and kwargs.get("adsValData") is None:
+        raise SwarmError("SwarmCallback: useAdaptiveSync needs adsValData")
+    samples = kwargs.get("sampleCount")
+    return SwarmParams(
+        sync_frequency=_require_int("syncFrequency", sync_frequency, 1),
+        min_peers=_require_int("minPeers", min_peers, 1),
+        training_contract=contract,
+        use_adaptive_sync=adaptive,
+        node_weightage=_require_int("nodeWeightage", kwargs.get("nodeWeightage", 1), 1, 100),
+        merge_method=merge.lower(),
+        checkin_mode=mode.lower(),
+        total_epochs=total,
+        sample_count=None if samples is None else _require_int("sampleCount", samples, 1),
+    )
+
+
+def _default_logger() -> logging.Logger:
+    logger = logging.getLogger("SwarmCallback")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s : %(name)s : %(levelname)s : %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+_KNOWN = {
+    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "checkinModelOnTrainEnd",
+    "nodeWeightage", "mergeMethod", "totalEpochs", "logger", "model", "lossFunction", "lossFunctionArgs",
+    "metricFunction", "metricFunctionArgs", "ml_platform", "sampleCount", "hfMode",
+}  # fmt: skip
+
+
+class SwarmCallbackBase(ABC):
+    """The reference's SwarmCallback behaviour, independent of the ML platform."""
+
+    def __init__(self, syncFrequency: Any = None, minPeers: Any = None, **kwargs: Any) -> None:  # noqa: N803 - the reference's names
+        kwargs = {_ALIASES.get(k, k): v for k, v in kwargs.items()}
+        sync_frequency = kwargs.pop("syncFrequency", syncFrequency)
+        min_peers = kwargs.pop("minPeers", minPeers)
+        unknown = sorted(set(kwargs) - _KNOWN)
+        if unknown:
+            raise SwarmError(f"SwarmCallback: unknown parameters {', '.join(unknown)}")
+        self.logger: logging.Logger = kwargs.get("logger") or _default_logger()
+        self.params = parse_params(sync_frequency, min_peers, kwargs, self.logger)
+        self.kwargs = kwargs
+        self.loopback = loopback_enabled()
+        self.epochs_completed = 0
+        self.steps_before_sync = self.params.sync_frequency
+        self.syncs_done = 0
+        self.training_over = False
+        self.last_loss: float | None = None
+        self.last_metric: float | None = None
+        self.final_digest: str | None = None
+        self._flat: FlatState | None = None
+        self._received: FlatState | None = None
+        self._link: SLLink | None = None
+        self._validate_platform(kwargs)
+        if self.loopback:
+            self.logger.info("SWARM_LOOPBACK is set: training without the swarm")
+            return
+        self._open_session()
+
+    # ------------------------------------------------------------ platform part
+    @abstractmethod
+    def _validate_platform(self, kwargs: dict[str, Any]) -> None:
+        """Check the platform's own parameters (model, loss, metric, validation data)."""
+
+    @abstractmethod
+    def _collect_weights(self, reuse: FlatState | None) -> FlatState:
+        """The model's current weights in a flat buffer (reusing ``reuse``'s buffer)."""
+
+    @abstractmethod
+    def _load_weights(self, flat: FlatState) -> None:
+        """Copy weights from ``flat`` into the model, in place."""
+
+    @abstractmethod
+    def _loss_and_metric(self) -> tuple[float | None, float | None]:
+        """Validation loss and metric with adsValData, or (None, None)."""
+
+    @property
+    @abstractmethod
+    def platform(self) -> str:
+        """Name of the ML platform (``PYTORCH``)."""
+
+    def _is_sync_rank(self) -> bool:
+        """Whether this process talks to the SL (rank 0 of a distributed job)."""
+        return True
+
+    def _share(self, reply: dict[str, Any], flat: FlatState | None) -> tuple[dict[str, Any], FlatState]:
+        """Give every rank the sync rank's reply and weights (single process: nothing to do)."""
+        assert flat is not None  # noqa: S101 - the sync rank always receives weights
+        return reply, flat
+
+    # --------------------------------------------------------------- session
+    def _open_session(self) -> None:
+        if not self._is_sync_rank():
+            return
+        path = os.environ.get("SWARM_SL_SOCKET")
+        if not path:
+            raise SwarmError(
+                "SwarmCallback: no SL to talk to (SWARM_SL_SOCKET is not set). Run this program under "
+                "`swarm sl` or a SWOP task, or set SWARM_LOOPBACK=true to train alone."
+            )
+        self._link = SLLink(path)
+        self._flat = self._collect_weights(None)
+        header = {
+            "params": self.params.wire(),
+            "platform": self.platform,
+            "pid": os.getpid(),
+            "layout": layout_to_wire(self._flat.specs),
+        }
+        reply = self._call("hello", header)
+        p = self.params
+        self.logger.info(
+            "Swarm session opened: node %s, contract %s, sync every %d batches, minPeers %d",
+            reply.get("uid"), p.training_contract, p.sync_frequency, p.min_peers,
+        )  # fmt: skip
+
+    def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
+        assert self._link is not None  # noqa: S101 - only called with a session
+        spare = self._received.buffer if self._received is not None else None
+        try:
+            reply, payload = self._link.call(op, header, None if flat is None else flat.buffer, into=spare)
+        except LinkError as exc:
+            raise SwarmError(f"SwarmCallback: {exc}") from None
+        if payload is not None:
+            specs = layout_from_wire(reply.get("layout"), payload.nbytes, what="weights from the SL")
+            self._received = FlatState(specs, payload)
+        return reply
+
+    def _exchange(self, op: str, header: dict[str, Any]) -> dict[str, Any]:
+        """Send the weights with ``op``; load the weights that come back on every rank."""
+        reply: dict[str, Any] = {}
+        incoming: FlatState | None = None
+        if self._is_sync_rank():
+            self._flat = self._collect_weights(self._flat)
+            self._received = None
+            reply = self._call(op, {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
+            incoming = self._received
+            if incoming is None:
+                raise SwarmError(f"SwarmCallback: the SL sent no weights back for {op!r}")
+        reply, incoming = self._share(reply, incoming)
+        self._load_weights(incoming)
+        return reply
+
+    # ----------------------------------------------------------------- hooks
+    def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+        """Start from the swarm's model: the latest merged one, or one chosen among the starters."""
+        if self.loopback:
+            return
+        reply = self._exchange("begin", {"samples": self.params.sample_count or 0})
+        self.training_over = bool(reply.get("training_over", False))
+        self.logger.info("Starting Swarm training from model %s", reply.get("digest", "?"))
+
+    def on_batch_end(self, batch: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Count batches; every syncFrequency batches, merge with the swarm (blocks until merged)."""
+        if self.loopback or self.training_over:
+            return
+        self.steps_before_sync -= 1
+        if self.steps_before_sync > 0:
+            return
+        self._sync()
+
+    def _sync(self) -> None:
+        self.logger.info("Starting Swarm merging round")
+        header = {
+            "samples": self.params.sample_count or 0,
+            "epochs_done": self.epochs_completed,
+            "loss": self.last_loss,
+            "metric": self.last_metric,
+        }
+        reply = self._exchange("sync", header)
+        self.syncs_done += 1
+        self.steps_before_sync = int(reply.get("next_sync_interval") or self.params.sync_frequency)
+        self.training_over = bool(reply.get("training_over", False))
+        self.last_loss, self.last_metric = self._loss_and_metric()
+        self.logger.info(
+            "Finished Swarm merging round %s (model %s)%s",
+            reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
+        )  # fmt: skip
+
+    def _loss_text(self) -> str:
+        parts = []
+        if self.last_loss is not None:
+            parts.append(f"val loss {self.last_loss:.4f}")
+        if self.last_metric is not None:
+            parts.append(f"val metric {self.last_metric:.4f}")
+        return (": " + ", ".join(parts)) if parts else ""
+
+    def on_epoch_end(self, epoch: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Count the epoch and report progress to the swarm."""
+        self.epochs_completed += 1
+        if self.loopback or not self._is_sync_rank():
+            return
+        self._call(
+            "progress",
+            {
+                "epochs_done": self.epochs_completed,
+                "total_epochs": self.params.total_epochs,
+                "loss": self.last_loss,
+                "metric": self.last_metric,
+            },
+        )
+
+    def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+        """Hand in the end model, wait until every peer is done, and load the final swarm model."""
+        if self.loopback:
+            return
+        if self.syncs_done == 0:
+            self.logger.warning(
+                "No user merge done during swarm training. syncFrequency=%d may be high.",
+                self.params.sync_frequency,
+            )
+        reply = self._exchange(
+            "end", {"mode": self.params.checkin_mode, "epochs_done": self.epochs_completed}
+        )
+        self.final_digest = reply.get("digest")
+        self.training_over = True
+        self.logger.info("%s (model %s)", FINAL_MESSAGE, self.final_digest)
+        if self._link is not None:
+            self._link.close()
+            self._link = None

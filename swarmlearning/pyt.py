@@ -1,0 +1,210 @@
+"""``from swarmlearning.pyt import SwarmCallback``: the PyTorch SwarmCallback of the reference system.
+
+Weights move device → host once per sync, straight into a reused flat buffer (one ``copy_`` per tensor
+into a torch view of that buffer), and back with in-place ``copy_`` — no per-sync allocations. Under
+``torch.distributed`` (torchrun/DDP), rank 0 talks to the SL and broadcasts the merged weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from daemons.codec.frames import layout_from_wire, layout_to_wire
+from daemons.codec.limits import packb, unpackb
+from daemons.codec.tensors import FlatState, TensorSpec, layout_of
+from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError
+
+__all__ = ["SwarmCallback", "torch_dtype_label"]
+
+_LABELS = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.int8: "int8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+_TORCH = {label: dtype for dtype, label in _LABELS.items()}
+
+
+def torch_dtype_label(dtype: torch.dtype) -> str:
+    """Wire dtype label of a torch dtype; SwarmError for one the swarm cannot carry."""
+    try:
+        return _LABELS[dtype]
+    except KeyError:
+        raise SwarmError(f"SwarmCallback: tensors of dtype {dtype} cannot be merged") from None
+
+
+def _host_view(buffer: np.ndarray, spec: TensorSpec) -> torch.Tensor:
+    """A torch tensor sharing ``spec``'s bytes of ``buffer`` (no copy)."""
+    raw = torch.from_numpy(buffer[spec.offset : spec.offset + spec.nbytes])
+    return raw.view(_TORCH[spec.dtype]).view(spec.shape)
+
+
+class SwarmCallback(SwarmCallbackBase):
+    """SwarmCallback for PyTorch: call its hooks from your training loop.
+
+    ``SwarmCallback(syncFrequency, minPeers, model=model, ...)``; then ``on_train_begin()`` before
+    training, ``on_batch_end()`` after every batch, ``on_epoch_end()`` after every epoch and
+    ``on_train_end()`` at the end.
+    """
+
+    platform = "PYTORCH"
+
+    def _validate_platform(self, kwargs: dict[str, Any]) -> None:
+        model = kwargs.get("model")
+        if not isinstance(model, torch.nn.Module):
+            raise SwarmError("SwarmCallback: model (a torch.nn.Module) is required for PyTorch")
+        self.model = model
+        loader = kwargs.get("adsValData")
+        if loader is not None and not isinstance(loader, DataLoader):
+            raise SwarmError("SwarmCallback: adsValData must be a torch.utils.data.DataLoader for PyTorch")
+        self.val_loader = loader
+        self.loss_fn = self._make_loss(kwargs.get("lossFunction"), kwargs.get("lossFunctionArgs") or {})
+        self.metric = self._make_metric(kwargs.get("metricFunction"), kwargs.get("metricFunctionArgs") or {})
+        self._views: tuple[tuple[TensorSpec, ...], list[torch.Tensor]] | None = None
+        self._in_views: tuple[int, list[torch.Tensor]] | None = None
+
+    @staticmethod
+    def _make_loss(name: Any, args: dict[str, Any]) -> torch.nn.Module | None:
+        if name is None:
+            return None
+        cls = getattr(torch.nn, str(name), None)
+        if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
+            raise SwarmError(f"SwarmCallback: lossFunction {name!r} is not a loss class of torch.nn")
+        loss: torch.nn.Module = cls(**args)
+        return loss
+
+    @staticmethod
+    def _make_metric(name: Any, args: dict[str, Any]) -> Any:
+        if name is None:
+            return None
+        try:
+            import torchmetrics  # noqa: PLC0415 - optional, only when a metric is asked for
+        except ImportError:
+            raise SwarmError(
+                "SwarmCallback: metricFunction needs torchmetrics (pip install torchmetrics)"
+            ) from None
+        cls = getattr(torchmetrics, str(name), None)
+        if cls is None:
+            raise SwarmError(f"SwarmCallback: metricFunction {name!r} is not a torchmetrics class")
+        return cls(**args)
+
+    # --------------------------------------------------------------- weights
+    def _module(self) -> torch.nn.Module:
+        inner = getattr(self.model, "module", None)  # DistributedDataParallel / DataParallel wrap it
+        return inner if isinstance(inner, torch.nn.Module) else self.model
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self._module().state_dict().items() if isinstance(v, torch.Tensor)}
+
+    def _collect_weights(self, reuse: FlatState | None) -> FlatState:
+        state = self._state()
+        specs, total = self._layout(state)
+        if reuse is None or reuse.specs != specs:
+            reuse = FlatState(specs, np.zeros(total, dtype=np.uint8))
+            self._views = (specs, [_host_view(reuse.buffer, s) for s in specs])
+        assert self._views is not None  # noqa: S101 - built together with the buffer
+        with torch.no_grad():
+            for host, tensor in zip(self._views[1], state.values(), strict=True):
+                host.copy_(tensor.detach())
+        return reuse
+
+    @staticmethod
+    def _layout(state: dict[str, torch.Tensor]) -> tuple[tuple[TensorSpec, ...], int]:
+        return layout_of((name, torch_dtype_label(t.dtype), tuple(t.shape)) for name, t in state.items())
+
+    def _load_weights(self, flat: FlatState) -> None:
+        if self._in_views is None or self._in_views[0] != id(flat.buffer):
+            self._in_views = (id(flat.buffer), [_host_view(flat.buffer, s) for s in flat.specs])
+        by_name = dict(zip((s.name for s in flat.specs), self._in_views[1], strict=True))
+        state = self._state()
+        missing = sorted(set(state) - set(by_name))
+        if missing:
+            raise SwarmError(f"SwarmCallback: merged model lacks tensors {missing[:5]}")
+        with torch.no_grad():
+            for name, tensor in state.items():
+                tensor.copy_(by_name[name])
+
+    # ------------------------------------------------------- loss and metric
+    def _loss_and_metric(self) -> tuple[float | None, float | None]:
+        loader = self.val_loader
+        if loader is None or (self.loss_fn is None and self.metric is None):
+            return None, None
+        model = self.model
+        was_training = model.training
+        model.eval()
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        total_loss, count = 0.0, 0
+        if self.metric is not None:
+            self.metric = self.metric.to(device)
+            self.metric.reset()
+        with torch.no_grad():
+            for batch_inputs, batch_targets in loader:
+                inputs, targets = batch_inputs.to(device), batch_targets.to(device)
+                outputs = model(inputs)
+                count += len(targets)
+                if self.loss_fn is not None:
+                    loss = float(self.loss_fn(outputs, targets))
+                    mean = getattr(self.loss_fn, "reduction", "mean") == "mean"
+                    total_loss += loss * len(targets) if mean else loss
+                if self.metric is not None:
+                    self.metric.update(outputs, targets)
+        model.train(was_training)
+        loss_value = total_loss / max(count, 1) if self.loss_fn is not None else None
+        metric_value = float(self.metric.compute()) if self.metric is not None else None
+        return loss_value, metric_value
+
+    # ------------------------------------------------- torchrun / DDP ranks
+    @staticmethod
+    def _dist() -> Any:
+        dist = torch.distributed
+        return dist if dist.is_available() and dist.is_initialized() else None
+
+    def _is_sync_rank(self) -> bool:
+        dist = self._dist()
+        return dist is None or dist.get_rank() == 0
+
+    def _share(self, reply: dict[str, Any], flat: FlatState | None) -> tuple[dict[str, Any], FlatState]:
+        dist = self._dist()
+        if dist is None or dist.get_world_size() == 1:
+            return super()._share(reply, flat)
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+        head = (
+            packb({"reply": reply, "layout": layout_to_wire(flat.specs), "total": flat.total})
+            if flat
+            else b""
+        )
+        head = self._broadcast_bytes(dist, head, device)
+        meta = unpackb(head, what="broadcast header")
+        total = int(meta["total"])
+        buffer = flat.buffer if flat is not None else np.empty(total, dtype=np.uint8)
+        self._broadcast_buffer(dist, buffer, device)
+        specs = layout_from_wire(meta["layout"], total, what="broadcast layout")
+        return dict(meta["reply"]), FlatState(specs, buffer)
+
+    @staticmethod
+    def _broadcast_bytes(dist: Any, data: bytes, device: torch.device | None) -> bytes:
+        size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+        dist.broadcast(size, src=0)
+        out = np.frombuffer(data, np.uint8).copy() if data else np.empty(int(size.item()), np.uint8)
+        SwarmCallback._broadcast_buffer(dist, out, device)
+        return out.tobytes()
+
+    @staticmethod
+    def _broadcast_buffer(dist: Any, buffer: np.ndarray, device: torch.device | None) -> None:
+        host = torch.from_numpy(buffer)
+        if device is None:
+            dist.broadcast(host, src=0)
+            return
+        on_device = host.to(device)
+        dist.broadcast(on_device, src=0)
+        host.copy_(on_device.cpu())

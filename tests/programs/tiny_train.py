@@ -1,0 +1,64 @@
+"""A tiny real training program for end-to-end tests: a 2-layer net on synthetic data, with SwarmCallback.
+
+Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, MERGE, SCRATCH_DIR,
+FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model).
+"""
+
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from swarmlearning.pyt import SwarmCallback
+
+torch.set_num_threads(1)
+env = os.environ.get
+seed = int(env("SEED", "0"))
+torch.manual_seed(seed)
+hidden = int(env("HIDDEN", "16"))
+model = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
+data = torch.randn(256, 8, generator=torch.Generator().manual_seed(100 + seed))
+labels = (data[:, 0] + data[:, 1] > 0).long()
+val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[:64], labels[:64]), batch_size=32)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loss_fn = torch.nn.CrossEntropyLoss()
+epochs, batches = int(env("EPOCHS", "2")), int(env("BATCHES", "8"))
+callback = SwarmCallback(
+    int(env("SYNC_FREQ", "4")),
+    int(env("MIN_PEERS", "2")),
+    trainingContract=env("CONTRACT", "defaultbb.cqdb.sml.hpe"),
+    mergeMethod=env("MERGE", "mean"),
+    model=model,
+    totalEpochs=epochs,
+    adsValData=val,
+    lossFunction="CrossEntropyLoss",
+)
+callback.on_train_begin()
+fail_at = int(env("FAIL_AT_BATCH", "-1"))
+pause = float(env("SLEEP_PER_BATCH", "0"))
+step = 0
+for epoch in range(epochs):
+    for b in range(batches):
+        x, y = data[b * 32 % 256 : b * 32 % 256 + 32], labels[b * 32 % 256 : b * 32 % 256 + 32]
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+        step += 1
+        if step == fail_at:
+            print("failing on purpose at batch", step, flush=True)
+            sys.exit(3)
+        if pause:
+            time.sleep(pause)
+        callback.on_batch_end(b)
+    callback.on_epoch_end(epoch)
+callback.on_train_end()
+digest = hashlib.sha256(
+    b"".join(p.detach().numpy().tobytes() for p in model.state_dict().values())
+).hexdigest()
+scratch = Path(env("SCRATCH_DIR", "."))
+scratch.mkdir(parents=True, exist_ok=True)
+torch.save(model.state_dict(), scratch / "final_model.pt")
+print(f"FINAL_DIGEST {digest}", flush=True)

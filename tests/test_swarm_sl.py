@@ -1,0 +1,114 @@
+"""End to end with standalone SLs (``swarm sl``): real SN, broker, SL daemons and torch programs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from daemons.bus import Bus, BusConfig
+from daemons.sn.client import LedgerClient
+from tests.conftest import RunningSN
+from tests.swarm_helpers import start_sl
+
+pytestmark = pytest.mark.slow
+
+
+def test_three_nodes_finish_with_the_same_model(sn: RunningSN, tmp_path: Path) -> None:
+    nodes = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=3) for i in range(1, 4)]
+    codes = [node.wait() for node in nodes]
+    assert codes == [0, 0, 0], [n.output()[-2000:] for n in nodes]
+    digests = {node.final_digest() for node in nodes}
+    assert len(digests) == 1 and None not in digests
+    for node in nodes:
+        log = node.output()
+        assert "Starting Swarm merging round" in log
+        assert "All peers and Swarm training rounds finished. Final Swarm model was loaded." in log
+        assert (tmp_path / node.uid / "tiny_train_sw.log").exists()
+        assert (tmp_path / node.uid / "scratch" / "final_model.pt").exists()
+
+
+def test_a_killed_node_is_skipped_and_the_rest_finish(sn: RunningSN, tmp_path: Path) -> None:
+    slow = {"SLEEP_PER_BATCH": 0.15, "EPOCHS": 3, "MIN_PEERS": 2}
+    nodes = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, **slow) for i in range(1, 4)]
+    victim = nodes[2]
+    deadline = 60.0
+    while "Finished Swarm merging round" not in victim.output():
+        deadline -= 0.2
+        assert deadline > 0, victim.output()[-2000:]
+        asyncio.run(asyncio.sleep(0.2))
+    victim.kill()
+    codes = [node.wait() for node in nodes[:2]]
+    assert codes == [0, 0], [n.output()[-2000:] for n in nodes[:2]]
+    assert nodes[0].final_digest() == nodes[1].final_digest() is not None
+
+
+async def _create_contracts(sn: RunningSN, *names: str) -> None:
+    async with Bus(BusConfig(sn.address, "swci-test", "swci")) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=10)
+        for name in names:
+            await ledger.submit("contract.create", {"name": name})
+
+
+def test_two_trainings_under_different_contracts_both_finish(sn: RunningSN, tmp_path: Path) -> None:
+    asyncio.run(_create_contracts(sn, "alpha", "beta"))
+    nodes = [
+        start_sl(sn, f"{c}-{i}", tmp_path, SEED=i, CONTRACT=c, MIN_PEERS=2, HIDDEN=16 if c == "alpha" else 24)
+        for c in ("alpha", "beta")
+        for i in (1, 2)
+    ]
+    assert [n.wait() for n in nodes] == [0, 0, 0, 0], [n.output()[-1500:] for n in nodes]
+    alpha, beta = {n.final_digest() for n in nodes[:2]}, {n.final_digest() for n in nodes[2:]}
+    assert len(alpha) == 1 and len(beta) == 1 and alpha != beta
+
+
+def test_a_node_whose_model_differs_is_refused_naming_the_tensor(sn: RunningSN, tmp_path: Path) -> None:
+    good = start_sl(sn, "sl-1", tmp_path, SEED=1, MIN_PEERS=2, SLEEP_PER_BATCH=0.2)
+    deadline = 60.0
+    while "joined contract" not in good.output():
+        deadline -= 0.2
+        assert deadline > 0, good.output()[-2000:]
+        asyncio.run(asyncio.sleep(0.2))
+    odd = start_sl(sn, "sl-2", tmp_path, SEED=2, MIN_PEERS=2, HIDDEN=32)
+    assert odd.wait() != 0
+    assert "tensor '0.weight' is float32[32, 8], the training's is float32[16, 8]" in odd.output()
+    good.kill()
+
+
+async def _wait_for_closed_round(sn: RunningSN, timeout: float = 90) -> dict[str, object]:
+    async with Bus(BusConfig(sn.address, "swci-watch", "swci")) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=10)
+        async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                view = await ledger.query("contract.rounds", name="defaultbb.cqdb.sml.hpe")
+                closed = [r for r in view["closed"] if not r["init"] and len(r["participants"]) == 3]
+                if closed:
+                    return closed[0]
+                await watch.next(timeout=max(deadline - loop.time(), 0.1))
+
+
+async def _round(sn: RunningSN, number: int) -> dict[str, object]:
+    async with Bus(BusConfig(sn.address, "swci-read", "swci")) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=10)
+        view = await ledger.query("contract.rounds", name="defaultbb.cqdb.sml.hpe")
+        return next(r for r in view["finished"] + view["closed"] if r["round"] == number)
+
+
+def test_a_leader_killed_mid_merge_is_replaced_and_the_round_finishes(sn: RunningSN, tmp_path: Path) -> None:
+    delay = {"SWARM_DEBUG_MERGE_DELAY": "3"}
+    nodes = {
+        f"sl-{i}": start_sl(sn, f"sl-{i}", tmp_path, sl_env=delay, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12)
+        for i in range(1, 4)
+    }
+    closed = asyncio.run(_wait_for_closed_round(sn))
+    leader = str(closed["leader"])
+    nodes[leader].kill()
+    survivors = [n for uid, n in nodes.items() if uid != leader]
+    assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
+    assert survivors[0].final_digest() == survivors[1].final_digest() is not None
+    replaced = asyncio.run(_round(sn, int(closed["round"])))  # type: ignore[call-overload]
+    assert replaced["status"] == "MERGED"
+    assert leader in replaced["failed_leaders"] and replaced["leader"] != leader
