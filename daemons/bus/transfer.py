@@ -60,7 +60,6 @@ class StateHolder:
         self._held: OrderedDict[bytes, _Held] = OrderedDict()
         self._capacity = capacity
         self.served: dict[bytes, set[str]] = {}
-        self.served_event = asyncio.Event()
 
     async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
         """Hash ``flat`` (off the event loop) and keep it servable; returns its manifest."""
@@ -105,7 +104,6 @@ class StateHolder:
         )
         self._bus.spawn(publish_state(self._bus, held.flat, manifest, indices), f"publish {transfer}")
         self.served.setdefault(digest, set()).add(request.sender)
-        self.served_event.set()
         return {"total": manifest.total, "chunks": n}
 
 

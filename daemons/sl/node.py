@@ -15,7 +15,6 @@ import shutil
 import signal
 import socket
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from daemons.bus import Bus, BusConfig, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
+from daemons.codec import CodecError
 from daemons.identity import Identity
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
@@ -137,23 +137,30 @@ class SLNode:
         await self.ml.stop()
 
     async def _linger(self, ledger: LedgerClient) -> None:
-        """Serve the final model until every other participant of the final round has pulled it."""
+        """Serve the final model until each other participant of the final round has pulled it from us
+        or has ended (its presence went offline: it held the model already)."""
         session, holder = self.session, self.holder
         if session is None or holder is None or session.final is None:
             return
         digest = bytes.fromhex(session.final.digest)
         others = await self._final_participants(ledger, session.contract)
-        deadline = time.monotonic() + self.options.linger
-        while not others <= holder.served.get(digest, set()) and time.monotonic() < deadline:
-            holder.served_event.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(holder.served_event.wait(), max(deadline - time.monotonic(), 0.01))
-        missing = others - holder.served.get(digest, set())
+        if not others:
+            return
+        bus = ledger.bus
+        gone: set[str] = set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.linger
+        async with bus.subscribe(bus.topics.presence(), maxsize=10_000) as presence:
+            while not others <= holder.served.get(digest, set()) | gone and loop.time() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    message = await asyncio.wait_for(presence.get(), max(deadline - loop.time(), 0.01))
+                    with contextlib.suppress(CodecError):
+                        env = bus.open(message)
+                        if env.sender in others and env.body.get("state") == "offline":
+                            gone.add(env.sender)
+        missing = others - holder.served.get(digest, set()) - gone
         if missing:
-            log.info(
-                "not every peer pulled the final model from this node (%s); they have other sources",
-                sorted(missing),
-            )
+            log.info("peers %s still run and have not pulled the final model from here", sorted(missing))
 
     async def _final_participants(self, ledger: LedgerClient, contract: str) -> set[str]:
         try:

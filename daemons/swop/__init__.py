@@ -1,0 +1,1 @@
+"""The SWOP: one per host; runs the tasks assigned to its taskrunner."""

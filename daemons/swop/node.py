@@ -1,0 +1,298 @@
+"""The SWOP daemon: enrolls on its profile's taskrunner and runs what is assigned to it.
+
+It watches the taskrunner in the ledger. A new assignment that allocates work to this SWOP starts it:
+RUN_SWARM spawns one SL per allocated ``slnodedef``; other task types run here and report as the SWOP.
+Every peer's status goes to the ledger (RUNNING, COMPLETED, FAILED with exit code and last log lines).
+``RESET TASKRUNNER`` stops what still runs and removes the run directories (unless
+``SWOP_KEEP_CONTAINERS``); SIGTERM stops the children gently and ends the SWOP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemons.bus import Bus, BusConfig, BusError
+from daemons.bus.config import BrokerAddress
+from daemons.identity import Identity
+from daemons.rundir import remove_run_dir
+from daemons.sn.client import LedgerClient, Rejected
+from daemons.swop.builds import env_python, run_build
+from daemons.swop.slpeers import SLPeer, peer_spec
+from taskdefs import RunSwarmBody, SwopProfile, TaskDefError, parse_task_body
+
+__all__ = ["SwopNode", "SwopOptions"]
+
+log = logging.getLogger("swarm.swop")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "1", "yes", "on")
+
+
+@dataclass
+class SwopOptions:
+    """How to run one SWOP."""
+
+    uid: str
+    profile: SwopProfile
+    broker: BrokerAddress
+    work_dir: Path
+    network: str = "swarm"
+    identity: Identity | None = None
+    sn_uid: str | None = None
+    keep: bool = field(default_factory=lambda: _truthy(os.environ.get("SWOP_KEEP_CONTAINERS")))
+
+
+@dataclass(frozen=True)
+class _Assignment:
+    task: str
+    assigned_at: float
+    generation: int
+    count: int
+
+
+class SwopNode:
+    """One SWOP."""
+
+    def __init__(self, options: SwopOptions) -> None:
+        self.options = options
+        self.peers: dict[str, SLPeer] = {}
+        self.statuses: dict[str, str] = {}
+        self._current: tuple[str, float, int] | None = None
+        self._stop = asyncio.Event()
+        self.ledger: LedgerClient | None = None
+
+    @property
+    def taskrunner(self) -> str:
+        """The taskrunner this SWOP listens on."""
+        return self.options.profile.taskrunner
+
+    def stop(self) -> None:
+        """Ask the SWOP to stop its children and exit."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the SWOP gently."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    # -------------------------------------------------------------------- run
+    def _bus(self) -> Bus:
+        opts = self.options
+        ident = opts.identity
+        broker = (
+            opts.broker
+            if ident is None or opts.broker.tls
+            else BrokerAddress(opts.broker.host, opts.broker.port, True)
+        )
+        config = BusConfig(broker, opts.uid, "swop", network=opts.network, tls=ident.tls() if ident else None)
+        presence = {
+            "role": "swop",
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "taskrunner": self.taskrunner,
+        }
+        return Bus(
+            config,
+            signer=ident.signer() if ident else None,
+            verifier=ident.verifier() if ident else None,
+            presence=presence,
+        )
+
+    async def run(self) -> None:
+        """Enroll and run assignments until stopped."""
+        async with self._bus() as bus:
+            self.ledger = await LedgerClient.connect(bus, timeout=60, prefer=self.options.sn_uid)
+            await self.ledger.submit("node.register", self._registration(bus))
+            profile = self.options.profile
+            enroll = {
+                "taskrunner": self.taskrunner,
+                "capacity": len(profile.nodes),
+                "group": profile.groupname,
+            }
+            await self.ledger.submit("taskrunner.enroll", enroll)
+            log.info(
+                "SWOP %s listening on taskrunner %s with %d SL slots",
+                bus.uid,
+                self.taskrunner,
+                len(profile.nodes),
+            )
+            async with asyncio.TaskGroup() as group:
+                watcher = group.create_task(self._watch(group), name="swop.watch")
+                await self._stop.wait()
+                watcher.cancel()
+                await self._stop_all()
+
+    def _registration(self, bus: Bus) -> dict[str, Any]:
+        return {
+            "role": "swop",
+            "parent": None,
+            "host": socket.gethostname(),
+            "address": "",
+            "pid": os.getpid(),
+            "meta": {"taskrunner": self.taskrunner, "group": self.options.profile.groupname},
+        }
+
+    async def _watch(self, group: asyncio.TaskGroup) -> None:
+        assert self.ledger is not None  # noqa: S101
+        async with self.ledger.watch("taskrunner", self.taskrunner) as watch:
+            view = await self.ledger.query("taskrunner.status", name=self.taskrunner)
+            while True:
+                await self._on_status(view, group)
+                view = (await watch.next()).view
+
+    async def _on_status(self, view: dict[str, Any] | None, group: asyncio.TaskGroup) -> None:
+        if not view:
+            return
+        state = view.get("state")
+        if state == "IDLE" and self._current is not None:
+            log.info("taskrunner %s was reset: cleaning up", self.taskrunner)
+            self._current = None
+            await self._stop_all()
+            self._clean_run_dirs()
+            return
+        if state != "RUNNING":
+            return
+        uid = self.ledger.bus.uid if self.ledger else ""
+        count = int((view.get("allocation") or {}).get(uid, 0))
+        key = (str(view.get("task")), float(view.get("assigned_at") or 0), int(view.get("generation") or 0))
+        if count <= 0 or key == self._current:
+            return
+        self._current = key
+        assignment = _Assignment(key[0], key[1], key[2], count)
+        group.create_task(self._run_assignment(assignment), name=f"swop.task.{key[0]}")
+
+    # ------------------------------------------------------------- the tasks
+    async def _run_assignment(self, assignment: _Assignment) -> None:
+        assert self.ledger is not None  # noqa: S101
+        try:
+            info = await self.ledger.query("task.info", name=assignment.task)
+            lines = (await self.ledger.query("task.body", name=assignment.task))["lines"]
+            body = parse_task_body(info["type"], list(lines))
+        except (BusError, TaskDefError, KeyError) as exc:
+            await self._report(
+                self.ledger.bus.uid, "SWOP", "FAILED", f"cannot read task {assignment.task}: {exc}", 1
+            )
+            return
+        if isinstance(body, RunSwarmBody):
+            await self._run_swarm(assignment, info, body)
+        else:
+            await self._run_build(assignment, info, body)
+
+    async def _run_build(self, assignment: _Assignment, info: dict[str, Any], body: Any) -> None:
+        assert self.ledger is not None  # noqa: S101
+        me = self.ledger.bus.uid
+        await self._report(me, "SWOP", "RUNNING", f"{info['type']} {assignment.task}", None)
+        work = self.options.work_dir
+        log_path = work / "logs" / f"{assignment.task}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        outcome = str(info.get("outcome") or assignment.task)
+        result = await run_build(
+            body, outcome=outcome, envs=work / "envs", content=work / "content", log_path=log_path
+        )
+        status = "COMPLETED" if result.ok else "FAILED"
+        log.info("%s %s: %s", assignment.task, status, result.description)
+        await self._report(me, "SWOP", status, result.description, 0 if result.ok else 1)
+
+    async def _python_for(self, info: dict[str, Any]) -> str:
+        """The interpreter of the RUN_SWARM task's prerequisite environment, else this one."""
+        assert self.ledger is not None  # noqa: S101
+        prereq = str(info.get("prereq") or "")
+        if prereq and prereq != "ROOTTASK":
+            with contextlib.suppress(BusError):
+                outcome = (await self.ledger.query("task.info", name=prereq)).get("outcome") or prereq
+                python = env_python(self.options.work_dir / "envs", str(outcome))
+                if python is not None:
+                    return str(python)
+                log.warning("no environment built for %s (run its task first); using this Python", prereq)
+        return sys.executable
+
+    async def _run_swarm(self, assignment: _Assignment, info: dict[str, Any], body: RunSwarmBody) -> None:
+        assert self.ledger is not None  # noqa: S101
+        opts = self.options
+        python = await self._python_for(info)
+        nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)[: assignment.count]
+        bus = self.ledger.bus
+        async with asyncio.TaskGroup() as group:
+            for slot, node in enumerate(nodes):
+                spec = peer_spec(
+                    node=node,
+                    slot=slot,
+                    profile=opts.profile,
+                    body=body,
+                    swop_uid=bus.uid,
+                    broker=bus.config.broker,
+                    network=opts.network,
+                    sn_uid=self.ledger.sn,
+                    run_dir=opts.work_dir / "runs" / assignment.task / (node.slhostname or f"sl{node.idx}"),
+                    python=python,
+                    volumes=opts.work_dir / "volumes",
+                )
+                if spec.uid in self.peers and self.peers[spec.uid].running:
+                    continue
+                if self.statuses.get(spec.uid) == "COMPLETED":
+                    continue
+                group.create_task(self._run_peer(SLPeer(spec)), name=f"swop.sl.{spec.uid}")
+
+    async def _run_peer(self, peer: SLPeer) -> None:
+        uid = peer.spec.uid
+        self.peers[uid] = peer
+        await self._report(uid, "SL", "RUNNING", f"started in {peer.spec.run_dir}", None)
+        try:
+            code = await peer.run()
+        except OSError as exc:
+            await self._report(uid, "SL", "FAILED", f"cannot start the SL: {exc}", 1)
+            return
+        if code == 0:
+            await self._report(uid, "SL", "COMPLETED", "training finished", 0)
+        else:
+            description = peer.describe_failure(code)
+            log.warning("SL %s failed: %s", uid, description)
+            await self._report(uid, "SL", "FAILED", description, code)
+
+    async def _report(
+        self, peer: str, peer_type: str, status: str, description: str, code: int | None
+    ) -> None:
+        assert self.ledger is not None  # noqa: S101
+        self.statuses[peer] = status
+        body = {
+            "taskrunner": self.taskrunner,
+            "peer": peer,
+            "peer_type": peer_type,
+            "status": status,
+            "description": description[-1500:],
+            "exit_code": code,
+        }
+        try:
+            await self.ledger.submit("taskrunner.status", body)
+        except (Rejected, BusError) as exc:
+            log.warning("could not report %s of %s: %s", status, peer, exc)
+
+    # --------------------------------------------------------------- cleanup
+    async def _stop_all(self) -> None:
+        running = [p for p in self.peers.values() if p.running]
+        if running:
+            log.info("stopping %d SL(s)", len(running))
+            await asyncio.gather(*(p.stop() for p in running))
+        self.statuses.clear()
+
+    def _clean_run_dirs(self) -> None:
+        if self.options.keep:
+            log.info(
+                "SWOP_KEEP_CONTAINERS is set: keeping run directories under %s",
+                self.options.work_dir / "runs",
+            )
+            return
+        for peer in self.peers.values():
+            remove_run_dir(peer.spec.run_dir)
+        self.peers.clear()
