@@ -81,3 +81,60 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def write_swarm_setup(
+    work: Path, nodes: int, envvars: dict[str, object], *, prereq: str = "ROOTTASK"
+) -> Path:
+    """A SWOP profile with ``nodes`` slnodedefs and a RUN_SWARM task of the tiny program, in ``work``."""
+    model = work / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROGRAM, model / PROGRAM.name)
+    profile = [
+        "groupname: test", "taskrunner: defaulttaskbb.taskdb.sml.hpe", "policyuri: ~",
+        "resourcemgr: {mgrtype: DOCKER, accessinfo: {accesstype: FROMENV}}", "network: test-net",
+        "apls: {locator: {host: 127.0.0.1, port: ~}}", "apisrv: {locator: {host: ~, port: ~, service: ~}}",
+        "envvars: [SL_WAIT_FOR_FULL_QUORUM_SECONDS: 2]", "nodes:",
+    ]  # fmt: skip
+    for i in range(1, nodes + 1):
+        (work / f"user{i}" / "scratch").mkdir(parents=True, exist_ok=True)
+        profile += [
+            "  - slnodedef:",
+            f"      idx: {i - 1}", "      identity: []", f"      slhostname: t{work.name[-6:]}sl{i}",
+            f"      usrhostname: user{i}", f"      privatedata: {{src: '{work / f'user{i}'}', mType: BIND}}",
+            "      slenvvars: null", f"      usrenvvars: [SEED: {i}]",
+        ]  # fmt: skip
+    (work / "swop_profile.yaml").write_text("\n".join(profile) + "\n")
+    env = ", ".join(f'"{k}": {v}' for k, v in {"SCRATCH_DIR": "scratch", **envvars}.items())
+    task = f"""Name: run_tiny
+TaskType: RUN_SWARM
+Author: tests
+Prereq: {prereq}
+Outcome: run_tiny
+Body:
+    Command: model/{PROGRAM.name}
+    Entrypoint: python3
+    WorkingDir: /tmp/test
+    Envvars: [{env}]
+    PrivateContent: /tmp/test/
+    SharedContent:
+    -   Src: {model}
+        Tgt: /tmp/test/model
+        MType: BIND
+"""
+    (work / "run_tiny.yaml").write_text(task)
+    return work / "swop_profile.yaml"
+
+
+def start_swop(
+    sn: RunningSN, profile: Path, work: Path, uid: str = "swop-1", **env: str
+) -> subprocess.Popen[bytes]:
+    """Start ``swarm swop`` with ``profile``; its output goes to ``work/swop.out``."""
+    argv = [
+        sys.executable, "-m", "daemons.cli", "swop", "--profile", str(profile), "--uid", uid,
+        "--sn-api-port", str(sn.port), "--work-dir", str(work / "swop-work"),
+    ]  # fmt: skip
+    with (work / "swop.out").open("wb") as out:
+        return subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **env}
+        )
