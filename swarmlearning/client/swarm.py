@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +176,7 @@ class SwarmCallbackBase(ABC):
         self.last_loss: float | None = None
         self.last_metric: float | None = None
         self.final_digest: str | None = None
+        self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0}
         self._flat: FlatState | None = None
         self._received: FlatState | None = None
         self._link: SLLink | None = None
@@ -272,7 +274,9 @@ class SwarmCallbackBase(ABC):
         """Start from the swarm's model: the latest merged one, or one chosen among the starters."""
         if self.loopback:
             return
+        started = time.perf_counter()
         reply = self._exchange("begin", {"samples": self.params.sample_count or 0})
+        self.timings["begin"] += time.perf_counter() - started
         self.training_over = bool(reply.get("training_over", False))
         self.logger.info("Starting Swarm training from model %s", reply.get("digest", "?"))
 
@@ -293,7 +297,9 @@ class SwarmCallbackBase(ABC):
             "loss": self.last_loss,
             "metric": self.last_metric,
         }
+        started = time.perf_counter()
         reply = self._exchange("sync", header)
+        self.timings["sync"] += time.perf_counter() - started
         self.syncs_done += 1
         self.steps_before_sync = int(reply.get("next_sync_interval") or self.params.sync_frequency)
         self.training_over = bool(reply.get("training_over", False))
@@ -335,9 +341,11 @@ class SwarmCallbackBase(ABC):
                 "No user merge done during swarm training. syncFrequency=%d may be high.",
                 self.params.sync_frequency,
             )
+        started = time.perf_counter()
         reply = self._exchange(
             "end", {"mode": self.params.checkin_mode, "epochs_done": self.epochs_completed}
         )
+        self.timings["end"] += time.perf_counter() - started
         self.final_digest = reply.get("digest")
         self.training_over = True
         self.logger.info("%s (model %s)", FINAL_MESSAGE, self.final_digest)

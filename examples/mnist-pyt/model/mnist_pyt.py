@@ -107,20 +107,28 @@ def main() -> None:
         print(f"epoch {epoch + 1}/{max_epochs}: test accuracy {evaluate(model, test_loader):.4f}", flush=True)
         swarm.on_epoch_end(epoch)
     swarm.on_train_end()
-    save(model, evaluate(model, test_loader), time.time() - start)
+    save(
+        model, evaluate(model, test_loader), time.time() - start, {**swarm.timings, "syncs": swarm.syncs_done}
+    )
 
 
 def _has_torchmetrics() -> bool:
     return importlib.util.find_spec("torchmetrics") is not None
 
 
-def save(model: nn.Module, accuracy: float, seconds: float) -> None:
+def save(model: nn.Module, accuracy: float, seconds: float, swarm_timings: dict[str, float]) -> None:
     """Save the final swarm model and what the demo prints about it."""
     scratch_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     torch.save(state, scratch_dir / "mnist_final.pt")
     digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in state.values())).hexdigest()
-    result = {"accuracy": accuracy, "digest": digest, "seconds": seconds, "device": str(device)}
+    result = {
+        "accuracy": accuracy,
+        "digest": digest,
+        "seconds": seconds,
+        "device": str(device),
+        "swarm": swarm_timings,
+    }
     (scratch_dir / "result.json").write_text(json.dumps(result))
     print(
         f"final model: test accuracy {accuracy:.4f}, digest {digest[:16]}, saved in {scratch_dir}", flush=True

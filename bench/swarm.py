@@ -1,0 +1,165 @@
+"""Swarm benchmark: the sync overhead of the mnist-pyt example at syncFrequency 128 with 4 nodes,
+and the leader's mean merge throughput as a ratio of memcpy.
+
+Each node trains the example's CNN on 8,192 private images (the bundled digits, shifted and noised) for
+two epochs, so it syncs every 128 batches for real; the program records the wall time spent inside
+sync rounds (``SwarmCallback.timings``). Overhead = time in sync rounds / time of the training loop.
+Run: ``.venv/bin/python bench/swarm.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import ROOT, print_table  # noqa: E402
+from daemons.broker import free_port  # noqa: E402
+
+NODES = 4
+PER_NODE = 8192
+EPOCHS = 2
+SYNC_FREQUENCY = 128
+MODEL_DIR = ROOT / "examples" / "mnist-pyt" / "model"
+
+
+def node_data(seed: int, count: int = PER_NODE) -> dict[str, np.ndarray]:
+    """``count`` 28x28 digit images for one node: the bundled digits, randomly shifted, with noise."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    base = np.pad(np.kron(digits.images, np.ones((3, 3))), ((0, 0), (2, 2), (2, 2))) * 255.0 / 16.0
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(base), count)
+    shifted = np.stack([np.roll(base[i], tuple(rng.integers(-2, 3, 2)), axis=(0, 1)) for i in pick])
+    noisy = np.clip(shifted + rng.normal(0, 12, shifted.shape), 0, 255).astype(np.uint8)
+    test = np.clip(base[:400], 0, 255).astype(np.uint8)
+    return {
+        "x_train": noisy,
+        "y_train": digits.target[pick].astype(np.uint8),
+        "x_test": test,
+        "y_test": digits.target[:400].astype(np.uint8),
+    }
+
+
+def _start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_ready(log: Path, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while "Starting SWARM-API-SERVER" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the SN did not start:\n{log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.1)
+
+
+def run_example(work: Path) -> list[dict[str, Any]]:
+    """Train the example on 4 standalone SLs; returns each node's result.json."""
+    swarm = str(Path(sys.executable).parent / "swarm")
+    port = free_port()
+    sn = _start([swarm, "sn", "--sentinel", "--data-dir", str(work / "sn"), "--sn-api-port", str(port)],
+                work / "sn.log")  # fmt: skip
+    procs = [sn]
+    try:
+        _wait_ready(work / "sn.log", sn)
+        for i in range(1, NODES + 1):
+            node = work / f"node{i}"
+            shutil.copytree(MODEL_DIR, node / "model")
+            (node / "data").mkdir()
+            np.savez(node / "data" / "mnist.npz", **node_data(i))
+            env = {"DATA_DIR": "data", "SCRATCH_DIR": "scratch", "MAX_EPOCHS": str(EPOCHS),
+                   "MIN_PEERS": str(NODES), "SYNC_FREQUENCY": str(SYNC_FREQUENCY), "SEED": "0"}  # fmt: skip
+            argv = [swarm, "sl", "--name", f"sl-{i}", "--sn-api-port", str(port), "--ml-w", str(node),
+                    "--ml-cmd", "model/mnist_pyt.py", "--run-dir", str(node / "run")]  # fmt: skip
+            argv += [arg for key, value in env.items() for arg in ("--ml-e", f"{key}={value}")]
+            procs.append(_start(argv, node / "sl.out"))
+        for proc in procs[1:]:
+            if proc.wait(900) != 0:
+                raise RuntimeError(f"an SL failed; see {work}/node*/sl.out")
+        return [
+            json.loads((work / f"node{i}" / "scratch" / "result.json").read_text())
+            for i in range(1, NODES + 1)
+        ]
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+def overhead_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sync share of the training loop, averaged over the nodes."""
+    loop = [r["seconds"] - r["swarm"]["begin"] - r["swarm"]["end"] for r in results]
+    sync = [r["swarm"]["sync"] for r in results]
+    share = float(np.mean([s / t for s, t in zip(sync, loop, strict=True)]))
+    syncs = int(results[0]["swarm"]["syncs"])
+    train_only = float(np.mean([t - s for s, t in zip(sync, loop, strict=True)]))
+    return [
+        {
+            "benchmark": f"sync overhead, mnist-pyt, {NODES} nodes, syncFrequency {SYNC_FREQUENCY}",
+            "value": share * 100,
+            "unit": "% of training loop",
+            "baseline": "local training time (same run)",
+            "baseline_value": train_only,
+            "ratio": share,
+            "target": "<= 10 %",
+            "note": f"{syncs} syncs per node, mean sync {np.mean(sync) / max(syncs, 1) * 1000:.0f} ms, "
+            f"final accuracy {np.mean([r['accuracy'] for r in results]):.3f}, "
+            f"identical final digests: {len({r['digest'] for r in results}) == 1}",
+        }
+    ]
+
+
+def merge_rows() -> list[dict[str, Any]]:
+    """The mean merge of 8 peers of a 45 MB model vs memcpy (bench/merge.py)."""
+    from bench import merge
+
+    rows = [r for r in merge.run() if r.get("case") == "mean" and r.get("model_mb", 0) > 40]
+    return [
+        {
+            "benchmark": f"mean merge of {merge.PEERS} peers, {row['model_mb']:.0f} MB model",
+            "value": row["input_gb_s"],
+            "unit": "GB/s of input",
+            "baseline": "memcpy (np.copyto)",
+            "baseline_value": row["memcpy_gb_s"],
+            "ratio": row["ratio_vs_memcpy"],
+            "target": ">= 0.5",
+        }
+        for row in rows[:1]
+    ]
+
+
+def run() -> list[dict[str, Any]]:
+    """Every row of this benchmark."""
+    with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
+        results = run_example(Path(tmp))
+    return overhead_rows(results) + merge_rows()
+
+
+def main() -> None:
+    columns = ["benchmark", "value", "unit", "baseline", "baseline_value", "ratio", "target", "note"]
+    print_table("swarm", run(), columns)
+
+
+if __name__ == "__main__":
+    main()
