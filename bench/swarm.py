@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import ROOT, print_table  # noqa: E402
-from daemons.broker import free_port  # noqa: E402
+from bench.common import ROOT, print_table
+from daemons.broker import free_port
 
 NODES = 4
 PER_NODE = 8192
