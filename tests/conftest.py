@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -21,6 +22,17 @@ from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
 
 MakeBus = Callable[..., AbstractAsyncContextManager[Bus]]
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """True once ``check()`` holds (tests only: requests are answered concurrently)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 @pytest.fixture(autouse=True)

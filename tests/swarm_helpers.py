@@ -29,8 +29,12 @@ class RunningSL:
         return self.out.read_text(errors="replace") if self.out.exists() else ""
 
     def final_digest(self) -> str | None:
-        found = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", self.output())
+        found = self.final_digests()
         return found[-1] if found else None
+
+    def final_digests(self) -> list[str]:
+        """One per process of the node (several under torchrun)."""
+        return re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", self.output())
 
     def wait(self, timeout: float = 120) -> int:
         try:
@@ -48,7 +52,12 @@ class RunningSL:
 
 
 def start_sl(
-    sn: RunningSN, uid: str, work: Path, sl_env: dict[str, str] | None = None, **env: object
+    sn: RunningSN,
+    uid: str,
+    work: Path,
+    sl_env: dict[str, str] | None = None,
+    entrypoint: str = "python3",
+    **env: object,
 ) -> RunningSL:
     """Start ``swarm sl`` for ``uid`` running the tiny program in its own copy of the program dir."""
     node_dir = work / uid
@@ -59,6 +68,7 @@ def start_sl(
     argv = [
         sys.executable, "-m", "daemons.cli", "sl", "--name", uid, "--sn-api-port", str(sn.port),
         "--ml-w", str(node_dir), "--ml-cmd", PROGRAM.name, "--run-dir", str(node_dir / "run"),
+        "--ml-entrypoint", entrypoint,
         "--linger", "10",
     ]  # fmt: skip
     for key, value in ml_env.items():

@@ -26,7 +26,7 @@ from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.codec import encode_envelope, make_envelope
 from daemons.codec.tensors import FlatState
-from tests.conftest import MakeBus, bus_factory
+from tests.conftest import MakeBus, bus_factory, eventually
 
 
 async def echo(request: Request) -> object:
@@ -91,7 +91,7 @@ async def test_garbage_and_forged_messages_do_not_hurt_the_server(make_bus: Make
         not_a_request = encode_envelope(make_envelope("hello", {}, sender="sl-1", role="sl"))
         await client.publish(req_topic, not_a_request)
         assert (await client.request("sn-1", "ping"))["sender"] == "sl-1"
-        assert rpc.rejected == 4
+        assert await eventually(lambda: rpc.rejected == 4), rpc.rejected
 
 
 async def test_presence_is_retained_and_the_will_says_offline(

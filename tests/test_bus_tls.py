@@ -15,6 +15,7 @@ from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.broker.mosquitto import find_mosquitto
 from daemons.bus import Bus, BusConfig, BusConnectError, Request
 from daemons.codec import encode_envelope, make_envelope
+from tests.conftest import eventually
 
 
 @dataclass
@@ -112,4 +113,4 @@ async def test_tampered_or_unsigned_envelopes_are_rejected(swarm: Swarm) -> None
         )
         await client.publish(topic, unsigned)
         assert await client.request("sn-1", "hi") == {"hello": "sl-1"}
-        assert rpc.rejected == 2
+        assert await eventually(lambda: rpc.rejected == 2), rpc.rejected

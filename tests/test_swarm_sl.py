@@ -112,3 +112,13 @@ def test_a_leader_killed_mid_merge_is_replaced_and_the_round_finishes(sn: Runnin
     replaced = asyncio.run(_round(sn, int(closed["round"])))  # type: ignore[call-overload]
     assert replaced["status"] == "MERGED"
     assert leader in replaced["failed_leaders"] and replaced["leader"] != leader
+
+
+def test_a_site_training_with_torchrun_ddp_joins_the_swarm(sn: RunningSN, tmp_path: Path) -> None:
+    torchrun = "python3 -m torch.distributed.run --standalone --nproc_per_node 2"
+    ddp = start_sl(sn, "sl-ddp", tmp_path, entrypoint=torchrun, SEED=1, MIN_PEERS=2)
+    single = start_sl(sn, "sl-one", tmp_path, SEED=2, MIN_PEERS=2)
+    assert [ddp.wait(), single.wait()] == [0, 0], ddp.output()[-3000:]
+    ranks = ddp.final_digests()
+    assert len(ranks) == 2, ddp.output()[-2000:]  # both ranks hold the final model
+    assert set(ranks) == {single.final_digest()}

@@ -2,6 +2,8 @@
 
 Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, MERGE, SCRATCH_DIR,
 FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model).
+Under torchrun (RANK set) it trains with DistributedDataParallel on the gloo backend, each rank on its
+half of every batch; rank 0 alone talks to the SL.
 """
 
 import hashlib
@@ -20,6 +22,10 @@ seed = int(env("SEED", "0"))
 torch.manual_seed(seed)
 hidden = int(env("HIDDEN", "16"))
 model = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
+rank, world = int(env("RANK", "0")), int(env("WORLD_SIZE", "1"))
+if "RANK" in os.environ:
+    torch.distributed.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(model)
 data = torch.randn(256, 8, generator=torch.Generator().manual_seed(100 + seed))
 labels = (data[:, 0] + data[:, 1] > 0).long()
 val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[:64], labels[:64]), batch_size=32)
@@ -42,7 +48,8 @@ pause = float(env("SLEEP_PER_BATCH", "0"))
 step = 0
 for epoch in range(epochs):
     for b in range(batches):
-        x, y = data[b * 32 % 256 : b * 32 % 256 + 32], labels[b * 32 % 256 : b * 32 % 256 + 32]
+        lo = b * 32 % 256 + rank * 32 // world
+        x, y = data[lo : lo + 32 // world], labels[lo : lo + 32 // world]
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
@@ -55,10 +62,11 @@ for epoch in range(epochs):
         callback.on_batch_end(b)
     callback.on_epoch_end(epoch)
 callback.on_train_end()
-digest = hashlib.sha256(
-    b"".join(p.detach().numpy().tobytes() for p in model.state_dict().values())
-).hexdigest()
+module = model.module if hasattr(model, "module") else model
+state = module.state_dict()
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in state.values())).hexdigest()
 scratch = Path(env("SCRATCH_DIR", "."))
 scratch.mkdir(parents=True, exist_ok=True)
-torch.save(model.state_dict(), scratch / "final_model.pt")
-print(f"FINAL_DIGEST {digest}", flush=True)
+if rank == 0:
+    torch.save(state, scratch / "final_model.pt")
+print(f"FINAL_DIGEST {digest}" + (f" rank {rank}" if world > 1 else ""), flush=True)
