@@ -22,11 +22,12 @@ from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.codec.tensors import FlatState, TensorSpec
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
-from daemons.sn.client import LedgerClient, Rejected
+from daemons.sn.client import LedgerClient, Rejected, Watch
 
 __all__ = ["RoundEngine", "RoundResult"]
 
 log = logging.getLogger("swarm.sl.rounds")
+_REREAD_AFTER = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,8 @@ class RoundEngine:
             model = await self.ledger.query("contract.model", name=self.contract)
             latest = model.get("latest") if isinstance(model, dict) else None
             if latest:
-                result = await self._load(latest["digest"], [latest["leader"]], int(latest["round"]))
+                sources = [latest["leader"], *await self._holders(int(latest["round"]))]
+                result = await self._load(latest["digest"], sources, int(latest["round"]))
                 log.info("starting from the swarm's model %s of round %s", result.digest[:16], result.round)
                 return result
             try:
@@ -134,6 +136,12 @@ class RoundEngine:
                     continue
                 with contextlib.suppress(TimeoutError):
                     await watch.next(timeout=5.0)
+
+    async def _holders(self, number: int) -> list[str]:
+        """Nodes that loaded the merged model of round ``number`` (they keep it servable)."""
+        view = await self.ledger.query("contract.rounds", name=self.contract)
+        rnd = _find(view, number) or {}
+        return [uid for uid in rnd.get("participants") or [] if uid != rnd.get("leader")]
 
     def _should_join(self, view: dict[str, Any], status: dict[str, Any]) -> bool:
         """A finished node joins an open round others are in, the final round, or any when no one trains."""
@@ -177,12 +185,20 @@ class RoundEngine:
                     if result is not None:
                         self.rounds_done += 1
                         return result
-                    view = (await watch.next()).view
+                    view = await self._next_view(watch)
             finally:
                 if leading is not None and not leading.done():
                     leading.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await leading
+
+    async def _next_view(self, watch: Watch) -> dict[str, Any]:
+        """The next rounds view: from an event, or read again after a quiet spell (an event can be
+        lost while the bus reconnects, since sessions are clean)."""
+        try:
+            return dict((await watch.next(timeout=_REREAD_AFTER)).view)
+        except TimeoutError:
+            return dict(await self.ledger.query("contract.rounds", name=self.contract))
 
     async def _step(
         self,

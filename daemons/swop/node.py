@@ -149,7 +149,10 @@ class SwopNode:
             view = await self.ledger.query("taskrunner.status", name=self.taskrunner)
             while True:
                 await self._on_status(view, group)
-                view = (await watch.next()).view
+                try:
+                    view = (await watch.next(timeout=30)).view
+                except TimeoutError:  # an event can be lost while the bus reconnects: read again
+                    view = await self.ledger.query("taskrunner.status", name=self.taskrunner)
 
     async def _on_status(self, view: dict[str, Any] | None, group: asyncio.TaskGroup) -> None:
         if not view:
