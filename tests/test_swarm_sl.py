@@ -90,11 +90,18 @@ async def _wait_for_closed_round(sn: RunningSN, timeout: float = 90) -> dict[str
                 await watch.next(timeout=max(deadline - loop.time(), 0.1))
 
 
-async def _round(sn: RunningSN, number: int) -> dict[str, object]:
+async def _wait_merged(sn: RunningSN, number: int, timeout: float = 60) -> dict[str, object]:
     async with Bus(BusConfig(sn.address, "swci-read", "swci")) as bus:
         ledger = await LedgerClient.connect(bus, timeout=10)
-        view = await ledger.query("contract.rounds", name="defaultbb.cqdb.sml.hpe")
-        return next(r for r in view["finished"] + view["closed"] if r["round"] == number)
+        async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                view = await ledger.query("contract.rounds", name="defaultbb.cqdb.sml.hpe")
+                found = [r for r in view["finished"] if r["round"] == number]
+                if found:
+                    return found[0]
+                await watch.next(timeout=max(deadline - loop.time(), 0.1))
 
 
 def test_a_leader_killed_mid_merge_is_replaced_and_the_round_finishes(sn: RunningSN, tmp_path: Path) -> None:
@@ -106,12 +113,13 @@ def test_a_leader_killed_mid_merge_is_replaced_and_the_round_finishes(sn: Runnin
     closed = asyncio.run(_wait_for_closed_round(sn))
     leader = str(closed["leader"])
     nodes[leader].kill()
+    replaced = asyncio.run(_wait_merged(sn, int(closed["round"])))  # type: ignore[call-overload]
+    assert replaced["status"] == "MERGED"
+    assert leader in replaced["failed_leaders"]
+    assert replaced["leader"] != leader
     survivors = [n for uid, n in nodes.items() if uid != leader]
     assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
     assert survivors[0].final_digest() == survivors[1].final_digest() is not None
-    replaced = asyncio.run(_round(sn, int(closed["round"])))  # type: ignore[call-overload]
-    assert replaced["status"] == "MERGED"
-    assert leader in replaced["failed_leaders"] and replaced["leader"] != leader
 
 
 def test_a_site_training_with_torchrun_ddp_joins_the_swarm(sn: RunningSN, tmp_path: Path) -> None:
