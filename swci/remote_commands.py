@@ -1,0 +1,325 @@
+"""The commands that talk to the SN: each maps to one ledger transaction or query.
+
+=================================  ==========================================================
+command                            ledger
+=================================  ==========================================================
+CREATE / RESET CONTRACT            ``contract.create`` / ``contract.reset``
+LIST CONTRACTS, GET CONTRACT ...   queries ``contracts``, ``contract.info``, ``contract.status``
+PERFDATA                           query ``contract.perfdata``
+CREATE TASK FROM <file>            validated with ``taskdefs``, then ``task.create`` with body
+CREATE TASK <type> ...             ``task.create`` without body
+APPEND TASK BODY / FINALIZE TASK   ``task.append`` / ``task.finalize``
+DELETE TASK                        ``task.delete``
+GET TASK INFO / BODY, LIST TASKS   queries ``task.info``, ``task.body``, ``tasks``
+CREATE / RESET TASKRUNNER          ``taskrunner.create`` / ``taskrunner.reset``
+ASSIGN TASK                        ``taskrunner.assign`` (peers: int or "ALL", or a target)
+GET TASKRUNNER INFO / STATUS       queries ``taskrunner.info``, ``taskrunner.status``
+GET TASKRUNNER PEER STATUS         query ``taskrunner.peer_status``
+LIST TASKRUNNERS / ... PEERS       queries ``taskrunners``, ``taskrunner.peers``
+WAIT FOR TASKRUNNER                events of ``taskrunner`` + query ``taskrunner.status``
+LIST NODES                         query ``nodes``
+GET CONTEXT VERSION                the SN's ``status``
+=================================  ==========================================================
+
+Handlers raise the bus's errors (``Rejected`` with the ledger's reason, ``RemoteError`` for a
+missing entity); :class:`swci.executor.SwciExecutor` turns them into failed results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from rich.console import Console
+
+from swci.about import swci_version
+from swci.commands import (
+    AppendTaskBody,
+    AssignTask,
+    Command,
+    CreateContract,
+    CreateTask,
+    CreateTaskFrom,
+    CreateTaskrunner,
+    DeleteTask,
+    FinalizeTask,
+    GetContextVersion,
+    GetContractInfo,
+    GetContractStatus,
+    GetTaskBody,
+    GetTaskInfo,
+    GetTaskrunnerInfo,
+    GetTaskrunnerPeerStatus,
+    GetTaskrunnerStatus,
+    ListContracts,
+    ListNodes,
+    ListTaskrunnerPeers,
+    ListTaskrunners,
+    ListTasks,
+    Perfdata,
+    ResetContract,
+    ResetTaskrunner,
+    WaitForTaskrunner,
+)
+from swci.connection import LedgerLink
+from swci.output import Result
+from swci.progress import taskrunner_progress
+from swci.session import SessionState
+from swci.tables import (
+    contract_status_table,
+    contracts_table,
+    kv_table,
+    nodes_table,
+    peer_status_table,
+    perfdata_table,
+    taskrunner_peers_table,
+    taskrunner_status_lines,
+    taskrunner_status_table,
+    taskrunners_table,
+    tasks_table,
+    view_table,
+)
+from swci.task_files import create_task_from
+from swci.waiting import Settings, wait_for_taskrunner, wait_limit
+
+__all__ = ["HANDLERS", "Call", "Handler"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a remote command runs with.
+
+    Attributes:
+        link: the open connection to the SN.
+        session: the shell session (cwd for relative paths).
+        console: where progress displays go.
+        progress: whether to show progress (False in JSON mode).
+        setting: looks settings up (the context's env vars, then the process environment).
+    """
+
+    link: LedgerLink
+    session: SessionState
+    console: Console
+    progress: bool
+    setting: Settings
+
+
+Handler = Callable[[Any, Call], Awaitable[Result]]
+HANDLERS: dict[type[Command], Handler] = {}
+"""The handler of each remote command type."""
+
+C = TypeVar("C", bound=Command)
+
+
+def _handles(kind: type[C]) -> Callable[[Callable[[C, Call], Awaitable[Result]]], Handler]:
+    def register(handler: Callable[[C, Call], Awaitable[Result]]) -> Handler:
+        HANDLERS[kind] = handler
+        return handler
+
+    return register
+
+
+# --- contracts ---------------------------------------------------------------------------------------
+
+
+@_handles(CreateContract)
+async def _create_contract(cmd: CreateContract, call: Call) -> Result:
+    await call.link.submit("contract.create", {"name": cmd.name})
+    return Result.success(f"Contract {cmd.name} created", data={"name": cmd.name})
+
+
+@_handles(ResetContract)
+async def _reset_contract(cmd: ResetContract, call: Call) -> Result:
+    await call.link.submit("contract.reset", {"name": cmd.name})
+    return Result.success(f"Contract {cmd.name} reset", data={"name": cmd.name})
+
+
+@_handles(ListContracts)
+async def _list_contracts(cmd: ListContracts, call: Call) -> Result:
+    views = await call.link.query("contracts")
+    return Result.success(table=contracts_table(views), data=views)
+
+
+@_handles(GetContractInfo)
+async def _contract_info(cmd: GetContractInfo, call: Call) -> Result:
+    view = await call.link.query("contract.info", name=cmd.name)
+    return Result.success(table=view_table(f"Contract {cmd.name}", view), data=view)
+
+
+@_handles(GetContractStatus)
+async def _contract_status(cmd: GetContractStatus, call: Call) -> Result:
+    view = await call.link.query("contract.status", name=cmd.name)
+    return Result.success(table=contract_status_table(view), data=view)
+
+
+@_handles(Perfdata)
+async def _perfdata(cmd: Perfdata, call: Call) -> Result:
+    views = await call.link.query("contract.perfdata", name=cmd.name)
+    return Result.success(table=perfdata_table(cmd.name, views), data=views)
+
+
+# --- tasks -------------------------------------------------------------------------------------------
+
+
+@_handles(CreateTaskFrom)
+async def _create_task_from(cmd: CreateTaskFrom, call: Call) -> Result:
+    return await create_task_from(call.link, call.session.resolve_path(cmd.path))
+
+
+@_handles(CreateTask)
+async def _create_task(cmd: CreateTask, call: Call) -> Result:
+    body = {
+        "name": cmd.name,
+        "type": cmd.task_type,
+        "author": cmd.author,
+        "prereq": cmd.prereq,
+        "outcome": cmd.outcome,
+        "body": None,
+    }
+    await call.link.submit("task.create", body)
+    return Result.success(f"Task Registered : {cmd.name}", data={"name": cmd.name})
+
+
+@_handles(AppendTaskBody)
+async def _append_task_body(cmd: AppendTaskBody, call: Call) -> Result:
+    await call.link.submit("task.append", {"name": cmd.task, "idx": cmd.index, "line": cmd.line})
+    data = {"name": cmd.task, "idx": cmd.index, "line": cmd.line}
+    return Result.success(f"Task {cmd.task}: body line {cmd.index} set", data=data)
+
+
+@_handles(FinalizeTask)
+async def _finalize_task(cmd: FinalizeTask, call: Call) -> Result:
+    await call.link.submit("task.finalize", {"name": cmd.name})
+    return Result.success(f"Task {cmd.name} finalized", data={"name": cmd.name})
+
+
+@_handles(DeleteTask)
+async def _delete_task(cmd: DeleteTask, call: Call) -> Result:
+    await call.link.submit("task.delete", {"name": cmd.name})
+    return Result.success(f"Task {cmd.name} deleted", data={"name": cmd.name})
+
+
+@_handles(GetTaskInfo)
+async def _task_info(cmd: GetTaskInfo, call: Call) -> Result:
+    view = await call.link.query("task.info", name=cmd.name)
+    return Result.success(table=view_table(f"Task {cmd.name}", view), data=view)
+
+
+@_handles(GetTaskBody)
+async def _task_body(cmd: GetTaskBody, call: Call) -> Result:
+    view = await call.link.query("task.body", name=cmd.name)
+    lines = [str(line) for line in view.get("lines") or []]
+    return Result.success(*(lines or [f"task {cmd.name} has an empty body"]), data=view)
+
+
+@_handles(ListTasks)
+async def _list_tasks(cmd: ListTasks, call: Call) -> Result:
+    views = await call.link.query("tasks")
+    return Result.success(table=tasks_table(views), data=views)
+
+
+# --- taskrunners -------------------------------------------------------------------------------------
+
+
+@_handles(CreateTaskrunner)
+async def _create_taskrunner(cmd: CreateTaskrunner, call: Call) -> Result:
+    await call.link.submit("taskrunner.create", {"name": cmd.name})
+    return Result.success(f"Taskrunner {cmd.name} created", data={"name": cmd.name})
+
+
+@_handles(ResetTaskrunner)
+async def _reset_taskrunner(cmd: ResetTaskrunner, call: Call) -> Result:
+    await call.link.submit("taskrunner.reset", {"taskrunner": cmd.name})
+    return Result.success(f"Taskrunner {cmd.name} reset", data={"name": cmd.name})
+
+
+def _assignment(cmd: AssignTask) -> tuple[int | str | None, str]:
+    if cmd.target is not None:
+        return None, f"TARGET {cmd.target}"
+    if cmd.all_peers:
+        return "ALL", "WITH ALL PEERS"
+    return cmd.peers, f"WITH {cmd.peers} PEERS"
+
+
+@_handles(AssignTask)
+async def _assign_task(cmd: AssignTask, call: Call) -> Result:
+    peers, how = _assignment(cmd)
+    body = {"task": cmd.task, "taskrunner": cmd.runner, "peers": peers, "target": cmd.target}
+    await call.link.submit("taskrunner.assign", body)
+    view = await call.link.query("taskrunner.status", name=cmd.runner)
+    allocation = ", ".join(f"{uid}: {units}" for uid, units in (view.get("allocation") or {}).items())
+    message = f"Task {cmd.task} assigned to taskrunner {cmd.runner} {how}"
+    return Result.success(message, f"Allocation : {allocation}", data=view)
+
+
+@_handles(GetTaskrunnerInfo)
+async def _taskrunner_info(cmd: GetTaskrunnerInfo, call: Call) -> Result:
+    view = await call.link.query("taskrunner.info", name=cmd.name)
+    return Result.success(table=view_table(f"Taskrunner {cmd.name}", view), data=view)
+
+
+@_handles(GetTaskrunnerStatus)
+async def _taskrunner_status(cmd: GetTaskrunnerStatus, call: Call) -> Result:
+    view = await call.link.query("taskrunner.status", name=cmd.name)
+    return Result.success(*taskrunner_status_lines(view), table=taskrunner_status_table(view), data=view)
+
+
+@_handles(GetTaskrunnerPeerStatus)
+async def _peer_status(cmd: GetTaskrunnerPeerStatus, call: Call) -> Result:
+    view = await call.link.query("taskrunner.peer_status", name=cmd.runner, swop=cmd.peer)
+    lines = [
+        f"SWOP UID : {view.get('swop')}",
+        f"ONLINE : {'yes' if view.get('online') else 'no'}",
+        f"ALLOCATED : {view.get('allocated')}",
+        f"SL PEERS : {view.get('sl_peers')}",
+    ]
+    return Result.success(*lines, table=peer_status_table(view), data=view)
+
+
+@_handles(ListTaskrunners)
+async def _list_taskrunners(cmd: ListTaskrunners, call: Call) -> Result:
+    views = await call.link.query("taskrunners")
+    return Result.success(table=taskrunners_table(views), data=views)
+
+
+@_handles(ListTaskrunnerPeers)
+async def _taskrunner_peers(cmd: ListTaskrunnerPeers, call: Call) -> Result:
+    views = await call.link.query("taskrunner.peers", name=cmd.name)
+    return Result.success(table=taskrunner_peers_table(cmd.name, views), data=views)
+
+
+@_handles(WaitForTaskrunner)
+async def _wait_for_taskrunner(cmd: WaitForTaskrunner, call: Call) -> Result:
+    progress = taskrunner_progress(call.console, cmd.name, enabled=call.progress)
+    return await wait_for_taskrunner(
+        call.link,
+        cmd.name,
+        limit=lambda view: wait_limit(cmd.timeout, view, call.setting),
+        progress=progress,
+    )
+
+
+# --- nodes and the SN ------------------------------------------------------------------------------
+
+
+@_handles(ListNodes)
+async def _list_nodes(cmd: ListNodes, call: Call) -> Result:
+    views = await call.link.query("nodes")
+    return Result.success(table=nodes_table(views), data=views)
+
+
+@_handles(GetContextVersion)
+async def _context_version(cmd: GetContextVersion, call: Call) -> Result:
+    status = await call.link.status()
+    pairs = [
+        ("API SERVER VERSION", status.get("version")),
+        ("SN UID", status.get("uid")),
+        ("SENTINEL", "yes" if status.get("sentinel") else "no"),
+        ("LEDGER HEIGHT", status.get("height")),
+        ("BROKER", f"{call.link.endpoint.broker} ({status.get('broker')})"),
+        ("SWCI VERSION", swci_version()),
+    ]
+    data = {**status, "swci_version": swci_version()}
+    message = f"API server version : {status.get('version')}"
+    return Result.success(message, table=kv_table("Context version", pairs), data=data)
