@@ -179,7 +179,7 @@ def describe_certificate(cert: x509.Certificate) -> dict[str, Any]:
         "sans": list(cert_sans(cert)),
         "not_before": cert.not_valid_before_utc.isoformat(),
         "not_after": cert.not_valid_after_utc.isoformat(),
-        "status": _status(cert, dt.datetime.now(dt.timezone.utc)),
+        "status": _status(cert, dt.datetime.now(dt.UTC)),
         "is_ca": _is_ca(cert),
         "key": _key_kind(cert),
         "serial": f"{cert.serial_number:x}",

@@ -198,9 +198,7 @@ def _attr(name: x509.Name, oid: x509.ObjectIdentifier) -> str | None:
 
 def cert_uid_role(cert: x509.Certificate) -> tuple[str | None, str | None]:
     """The certificate's CN (the node uid) and OU (its role); None where absent."""
-    return _attr(cert.subject, NameOID.COMMON_NAME), _attr(
-        cert.subject, NameOID.ORGANIZATIONAL_UNIT_NAME
-    )
+    return _attr(cert.subject, NameOID.COMMON_NAME), _attr(cert.subject, NameOID.ORGANIZATIONAL_UNIT_NAME)
 
 
 def cert_sans(cert: x509.Certificate) -> tuple[str, ...]:
@@ -216,14 +214,12 @@ def cert_sans(cert: x509.Certificate) -> tuple[str, ...]:
 
 def format_time(when: dt.datetime) -> str:
     """A UTC time as ``YYYY-MM-DD HH:MM:SS UTC``."""
-    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _public_der(key: PrivateKeyTypes | x509.Certificate) -> bytes:
     public = key.public_key()
-    return public.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    return public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def check_key_matches(
@@ -277,7 +273,7 @@ def check_identity(cert_path: StrPath, key_path: StrPath, ca_path: StrPath) -> I
             f"{label} is not issued by the CA in {ca_path} "
             f"(its issuer is {cert.issuer.rfc4514_string()!r}; CA: {names})"
         )
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     _check_times(cert, label, now)
     _check_times(issuer, f"CA certificate {issuer.subject.rfc4514_string()!r} in {ca_path}", now)
     return IdentityInfo(uid, role, cert.not_valid_after_utc, cert_sans(cert))
@@ -360,9 +356,9 @@ def _validity(valid_from: dt.datetime | None, days: int) -> tuple[dt.datetime, d
     if days < 1:
         raise CertError(f"validity must be at least 1 day, got {days}")
     if valid_from is None:
-        start = dt.datetime.now(dt.timezone.utc) - _CLOCK_SKEW
+        start = dt.datetime.now(dt.UTC) - _CLOCK_SKEW
     elif valid_from.tzinfo is None:
-        start = valid_from.replace(tzinfo=dt.timezone.utc)
+        start = valid_from.replace(tzinfo=dt.UTC)
     else:
         start = valid_from
     return start, start + dt.timedelta(days=days)
@@ -432,9 +428,7 @@ def _drop_hash_link(files: CAFiles) -> None:
             (files.capath / f"{subject_hash(old.subject)}.0").unlink(missing_ok=True)
 
 
-def create_ca(
-    out_dir: StrPath, *, name: str = "swarm-ca", days: int = 3650, force: bool = False
-) -> CAFiles:
+def create_ca(out_dir: StrPath, *, name: str = "swarm-ca", days: int = 3650, force: bool = False) -> CAFiles:
     """Create a CA in ``<out_dir>/ca`` (and its ``capath``) with an EC P-256 key.
 
     Raises:
@@ -543,9 +537,7 @@ def init_swarm(
             raise CertError(f"number of {role} identities must be >= 0, got {count}")
     ca = create_ca(out_dir, days=ca_days, force=force)
     return {
-        f"{role}-{i}": issue_identity(
-            ca.cert.parent, f"{role}-{i}", role, out_dir, sans=sans, days=days
-        )
+        f"{role}-{i}": issue_identity(ca.cert.parent, f"{role}-{i}", role, out_dir, sans=sans, days=days)
         for role, count in counts.items()
         for i in range(1, count + 1)
     }

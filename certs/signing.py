@@ -126,7 +126,7 @@ def _ca_name(ca: x509.Certificate) -> str:
 
 
 def _time_problem(entry: _Trusted, now: float) -> str:
-    when = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(now, dt.UTC)
     ca_label = f"the swarm CA {_ca_name(entry.ca)!r} that issued the certificate of {entry.uid!r}"
     checks = ((entry.cert, f"certificate of {entry.uid!r}"), (entry.ca, ca_label))
     for cert, label in checks:

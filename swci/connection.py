@@ -145,7 +145,8 @@ class LedgerLink:
         if task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(task), _CLOSE_TIMEOUT)
+            async with asyncio.timeout(_CLOSE_TIMEOUT):
+                await asyncio.shield(task)
         except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

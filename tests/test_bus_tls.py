@@ -104,6 +104,7 @@ async def test_an_identity_cannot_publish_on_another_identitys_topics(swarm: Swa
 async def test_tampered_or_unsigned_envelopes_are_rejected(swarm: Swarm) -> None:
     async with swarm.bus("sn-1", "sn") as server, swarm.bus("sl-1", "sl") as client:
         rpc = server.serve(reply_ok)
+        assert await client.request("sn-1", "hi") == {"hello": "sl-1"}  # the server is subscribed
         topic = server.topics.request("sl-1", "sn-1")
         good = msgpack.unpackb(client.encode("req:hi", {"n": 1}, reply_to="sl-1", corr="c1"))
         good["b"] = msgpack.packb({"n": 2})  # change the body after signing

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from daemons.aio import raise_if_cancelling
 from daemons.bus.errors import BusError, RemoteError, RequestTimeout
 from daemons.codec import CodecError, Envelope
 
@@ -61,6 +62,7 @@ class RpcClient:
     async def run(self) -> None:
         """Deliver replies to the requests waiting for them."""
         async for message in self._sub:
+            raise_if_cancelling()
             self._on_reply(message)
 
     def _on_reply(self, message: Message) -> None:
@@ -133,7 +135,8 @@ class RpcClient:
                 raise RequestTimeout(target, method, corr, timeout) from None
             wait = min(interval, max(deadline - loop.time(), 0.0))
             try:
-                return await asyncio.wait_for(asyncio.shield(future), wait)
+                async with asyncio.timeout(wait):
+                    return await asyncio.shield(future)
             except TimeoutError:
                 interval = min(interval * 2, _MAX_RESEND)
 
@@ -154,6 +157,7 @@ class RpcServer:
         """Serve until cancelled; every request runs in its own task, at most ``concurrency``."""
         async with asyncio.TaskGroup() as group:
             async for message in self._sub:
+                raise_if_cancelling()
                 await self._sem.acquire()
                 group.create_task(self._serve_one(message))
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiomqtt
 
+from daemons.aio import raise_if_cancelling
 from daemons.bus.config import BusConfig
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
@@ -217,7 +218,8 @@ class Bus:
         self._closing = True
         if self._presence is not None and self._client is not None and self.connected:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._publish_presence("offline"), timeout=2)
+                async with asyncio.timeout(2):
+                    await self._publish_presence("offline")
         for task in self._children:
             task.cancel()
         if self._tasks is not None:
@@ -260,6 +262,7 @@ class Bus:
                     await self._on_connect(client)
                     attempt = 0
                     async for message in client.messages:
+                        raise_if_cancelling()
                         self._dispatch(message)
             except aiomqtt.MqttError as exc:
                 self._note_failure(exc)
@@ -268,6 +271,7 @@ class Bus:
                 self._connected.clear()
             if self._closing:
                 return
+            raise_if_cancelling()
             attempt += 1
             delay = random.uniform(0, min(self.config.backoff_cap, self.config.backoff_base * 2**attempt))
             await asyncio.sleep(delay)
@@ -332,7 +336,8 @@ class Bus:
     # ---------------------------------------------------------------- publish
     async def _wait_connected(self, timeout: float) -> aiomqtt.Client:
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
         except TimeoutError:
             raise BusError(
                 f"not connected to {self.config.broker} for {timeout:g} s: {self._last_error}"

@@ -184,7 +184,8 @@ async def _receive(bus: Bus, sub: Subscription, reassembler: Reassembler, idle_t
     """Take messages until the transfer is complete (True) or nothing came for ``idle_timeout``."""
     while not reassembler.complete:
         try:
-            message = await asyncio.wait_for(sub.get(), idle_timeout)
+            async with asyncio.timeout(idle_timeout):
+                message = await sub.get()
         except TimeoutError:
             return False
         _take(bus, message, reassembler)

@@ -153,7 +153,8 @@ class SLNode:
         async with bus.subscribe(bus.topics.presence(), maxsize=10_000) as presence:
             while not others <= holder.served.get(digest, set()) | gone and loop.time() < deadline:
                 with contextlib.suppress(TimeoutError):
-                    message = await asyncio.wait_for(presence.get(), max(deadline - loop.time(), 0.01))
+                    async with asyncio.timeout(max(deadline - loop.time(), 0.01)):
+                        message = await presence.get()
                     with contextlib.suppress(CodecError):
                         env = bus.open(message)
                         if env.sender in others and env.body.get("state") == "offline":

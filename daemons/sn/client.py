@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError
 from daemons.bus.session import Subscription
 from daemons.codec import CodecError, encode_envelope, make_envelope
@@ -56,7 +57,8 @@ async def find_sn(bus: Bus, *, timeout: float = 30.0, prefer: str | None = None)
                     f"after {timeout:g} s; is `swarm sn` running there?"
                 )
             try:
-                message = await asyncio.wait_for(sub.get(), remaining)
+                async with asyncio.timeout(remaining):
+                    message = await sub.get()
             except TimeoutError:
                 continue
             with contextlib.suppress(CodecError):
@@ -94,7 +96,9 @@ class Watch:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             remaining = None if deadline is None else max(deadline - loop.time(), 0.0)
-            message = await asyncio.wait_for(self._sub.get(), remaining)
+            raise_if_cancelling()
+            async with asyncio.timeout(remaining):
+                message = await self._sub.get()
             event = self._parse(message)
             if event is not None and event.height > self._seen.get(event.key, -1):
                 self._seen[event.key] = event.height

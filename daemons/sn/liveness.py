@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from contracts.ledger import Accepted, Ledger
 from contracts.tx import Rejection
+from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
 from daemons.codec import CodecError
 
@@ -38,6 +39,7 @@ class Liveness:
         async with self._bus.subscribe(topic, maxsize=100_000) as sub, asyncio.TaskGroup() as group:
             group.create_task(self._sweep_after_grace())
             async for message in sub:
+                raise_if_cancelling()
                 try:
                     env = self._bus.open(message)
                 except CodecError as exc:

@@ -24,11 +24,13 @@ from contracts.ledger import Accepted, Ledger
 from contracts.machine import due_actions, next_deadline
 from contracts.tx import Rejection
 from contracts.views import QueryError, query
+from daemons.aio import raise_if_cancelling
 from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.bus import Bus, BusConfig, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.codec import decode_envelope
 from daemons.codec.errors import CodecError
+from daemons.debug import install_task_dump
 from daemons.identity import Identity
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
@@ -191,6 +193,7 @@ class SNNode:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
+        install_task_dump()
 
     # ----------------------------------------------------------------- timers
     async def _timers(self) -> None:
@@ -199,6 +202,7 @@ class SNNode:
         assert self.ledger is not None  # noqa: S101
         attempted: dict[tuple[str, str], float] = {}
         while True:
+            raise_if_cancelling()
             self.sealer.changed.clear()
             now = time.time()
             for kind, body in due_actions(self.ledger.state, now):
@@ -214,7 +218,8 @@ class SNNode:
             if wait is not None and wait < 0.5 and any(now - t < 0.5 for t in attempted.values()):
                 wait = 0.5
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.sealer.changed.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.sealer.changed.wait()
             attempted = {k: t for k, t in attempted.items() if time.time() - t < 5}
 
     # -------------------------------------------------------------------- rpc

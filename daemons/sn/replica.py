@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from contracts.blockstore import ChainError
 from contracts.ledger import Ledger
+from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError, RpcError
 from daemons.codec import CodecError
 from daemons.sn.client import find_sn
@@ -63,6 +64,7 @@ class Replica:
         async with self._bus.subscribe(topic, maxsize=100_000) as sub:
             await self.catch_up()
             async for message in sub:
+                raise_if_cancelling()
                 try:
                     env = self._bus.open(message)
                 except CodecError as exc:
@@ -112,7 +114,8 @@ class Replica:
         height = int(result.get("height", 0))
         async with self._advanced:
             try:
-                await asyncio.wait_for(self._advanced.wait_for(lambda: self.ledger.height >= height), 10)
+                async with asyncio.timeout(10):
+                    await self._advanced.wait_for(lambda: self.ledger.height >= height)
             except TimeoutError:
                 log.warning("block %d has not reached this replica yet", height)
         return result

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from contracts.ledger import Accepted, Ledger, SealResult
 from contracts.tx import Rejection
 from contracts.views import entity_view
+from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
 from daemons.codec import SignerLike, encode_envelope, make_envelope
 
@@ -62,6 +63,7 @@ class Sealer:
     async def run(self) -> None:
         """Seal until cancelled."""
         while True:
+            raise_if_cancelling()
             batch = [await self._queue.get()]
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())

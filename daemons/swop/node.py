@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusConfig, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.identity import Identity
@@ -148,6 +149,7 @@ class SwopNode:
         async with self.ledger.watch("taskrunner", self.taskrunner) as watch:
             view = await self.ledger.query("taskrunner.status", name=self.taskrunner)
             while True:
+                raise_if_cancelling()
                 await self._on_status(view, group)
                 try:
                     view = (await watch.next(timeout=30)).view
