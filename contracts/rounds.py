@@ -293,9 +293,12 @@ def _replace_leader(
 
 
 def member_offline(state: State, name: str, uid: str, time: float, reason: str) -> State:
-    """Liveness: ``uid`` went offline; drop its checkin, replace it as leader, mark it ``left``."""
+    """Liveness: ``uid`` went offline; drop its checkin, replace it as leader, mark it ``left``
+    (a member of a COMPLETE contract keeps its status: it left after the training ended)."""
     contract = state.contracts[name]
-    member = replace(contract.members[uid], status="left", left_reason=reason, updated_at=time)
+    old_status = contract.members[uid].status
+    status = old_status if contract.status == "COMPLETE" else "left"
+    member = replace(contract.members[uid], status=status, left_reason=reason, updated_at=time)
     contract = replace(contract, members=put(contract.members, uid, member))
     state = replace(state, contracts=put(state.contracts, name, contract))
     book = old = _book(state, name)

@@ -93,7 +93,8 @@ class SwarmCallback(SwarmCallbackBase):
             raise SwarmError(
                 "SwarmCallback: metricFunction needs torchmetrics (pip install torchmetrics)"
             ) from None
-        cls = getattr(torchmetrics, str(name), None)
+        modules = [torchmetrics, *(getattr(torchmetrics, m, None) for m in ("classification", "regression"))]
+        cls = next((getattr(m, str(name)) for m in modules if m is not None and hasattr(m, str(name))), None)
         if cls is None:
             raise SwarmError(f"SwarmCallback: metricFunction {name!r} is not a torchmetrics class")
         return cls(**args)

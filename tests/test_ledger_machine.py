@@ -483,6 +483,8 @@ def test_final_round_closes_with_all_expected_and_completes_the_contract() -> No
     assert sim.state.rounds[C].open is None
     assert "COMPLETE; RESET CONTRACT" in sim.no("round.checkin", "sl1", {"contract": C, "digest": "aa"})
     assert "RESET CONTRACT" in sim.no("contract.join", "sl1", {"contract": C})
+    sim.offline("sl1")  # nodes end after the training: their PERFDATA still says finished
+    assert sim.state.contracts[C].members["sl1"].status == "finished"
     sim.ok("contract.reset", "swci", {"name": C})
     assert sim.state.contracts[C].status == "UNINITIALIZED"
 

@@ -171,20 +171,45 @@ def render(
     return Group(table, summary, Panel("\n".join(swci_tail[-8:]) or "…", title="swci", border_style="dim"))
 
 
+async def wait_enrolled(port: int, swop: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    """Wait until the SWOP listens on the taskrunner (so the init script's ASSIGN finds it)."""
+    config = BusConfig(BrokerAddress("127.0.0.1", port), "demo-wait", "swci")
+    async with Bus(config) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=30)
+        async with ledger.watch("taskrunner", TASKRUNNER) as events:
+            deadline = time.monotonic() + timeout
+            while not any(p["online"] for p in await ledger.query("taskrunner.peers", name=TASKRUNNER)):
+                log_text = await asyncio.to_thread(_lines, log)
+                if swop.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("demo: the SWOP did not enroll:\n" + "\n".join(log_text[-30:]))
+                with contextlib.suppress(TimeoutError):
+                    await events.next(timeout=1)
+
+
 async def watch(port: int, swci: subprocess.Popen[bytes], swci_log: Path, t0: float) -> None:
     """Refresh the dashboard from the ledger until swci ends."""
     config = BusConfig(BrokerAddress("127.0.0.1", port), "demo-watch", "swci")
     async with Bus(config) as bus:
         ledger = await LedgerClient.connect(bus, timeout=30)
+        shown: dict[str, Any] = {"perf": [], "runner": {}, "rounds": {}}
         with Live(console=console, refresh_per_second=4, transient=False) as live:
             while swci.poll() is None:
                 with contextlib.suppress(BusError):
-                    perf = await ledger.query("contract.perfdata", name=CONTRACT)
-                    runner = await ledger.query("taskrunner.status", name=TASKRUNNER)
-                    rounds = await ledger.query("contract.rounds", name=CONTRACT)
-                    tail = await asyncio.to_thread(_lines, swci_log)
-                    live.update(render(perf, runner, rounds, tail, t0))
+                    latest = {
+                        "perf": await ledger.query("contract.perfdata", name=CONTRACT),
+                        "runner": await ledger.query("taskrunner.status", name=TASKRUNNER),
+                        "rounds": await ledger.query("contract.rounds", name=CONTRACT),
+                    }
+                    if latest["perf"] or not shown["perf"]:  # the script resets at its end: keep the last run
+                        shown = latest
+                    tail = [ln for ln in await asyncio.to_thread(_lines, swci_log) if _is_message(ln)]
+                    live.update(render(shown["perf"], shown["runner"], shown["rounds"], tail, t0))
                 await asyncio.sleep(0.5)
+
+
+def _is_message(line: str) -> bool:
+    """swci's commands and messages, not the borders of its tables."""
+    return bool(line.strip()) and line.lstrip()[0] not in "│┃┏┡└╭╰┌├┗━─═"
 
 
 def _lines(path: Path) -> list[str]:
@@ -254,6 +279,8 @@ def main() -> int:
             {"SWOP_KEEP_CONTAINERS": "True"},
         )  # fmt: skip
         procs.append(swop)
+        asyncio.run(wait_enrolled(port, swop, ws / "logs" / "swop.log"))
+        console.print(f"[green]SWOP ready[/] with {NODES} SL slots ({time.time() - t0:.1f} s)")
         swci_log = ws / "logs" / "swci.log"
         swci = start(
             [swci_bin, "--usr-dir", str(example / "swci"), "--init-script-name", "swci-init"],

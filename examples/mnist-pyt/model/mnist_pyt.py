@@ -91,8 +91,8 @@ def main() -> None:
         totalEpochs=max_epochs,
         mergeMethod=merge_method,
         lossFunction="CrossEntropyLoss",
-        metricFunction="MulticlassAccuracy" if _has_torchmetrics() else None,
-        metricFunctionArgs={"num_classes": 10},
+        metricFunction="Accuracy" if _has_torchmetrics() else None,
+        metricFunctionArgs={"task": "multiclass", "num_classes": 10},
     )
     swarm.logger.setLevel(logging.INFO)
     print(f"training on {device} with {len(train_ds)} local samples, {max_epochs} epochs", flush=True)
