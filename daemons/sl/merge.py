@@ -38,6 +38,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from daemons.codec.tensors import DTYPES
+
 __all__ = [
     "DTYPE_LABELS",
     "MERGE_METHODS",
@@ -59,18 +61,7 @@ _Array: TypeAlias = npt.NDArray[Any]
 _Reducer: TypeAlias = Callable[[_Array, "_Array | None"], _Array]
 
 MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
-_STORAGE: dict[str, np.dtype[Any]] = {
-    "float16": np.dtype("<f2"),
-    "bfloat16": np.dtype("<u2"),
-    "float32": np.dtype("<f4"),
-    "float64": np.dtype("<f8"),
-    "int8": np.dtype("i1"),
-    "int16": np.dtype("<i2"),
-    "int32": np.dtype("<i4"),
-    "int64": np.dtype("<i8"),
-    "uint8": np.dtype("u1"),
-    "bool": np.dtype("?"),
-}
+_STORAGE: Mapping[str, np.dtype[Any]] = DTYPES
 DTYPE_LABELS = tuple(_STORAGE)
 _FLOAT_LABELS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _NATIVE_LABELS = frozenset({"float32", "float64"})  # computed in their own precision

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shlex
-import signal
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from daemons.processes import stop_process_group
 
 __all__ = ["MLProcess", "MLSpec"]
 
@@ -85,15 +85,5 @@ class MLProcess:
 
     async def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the program's process group; SIGKILL it after ``grace`` seconds."""
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            async with asyncio.timeout(grace):
-                await proc.wait()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        if self._proc is not None:
+            await stop_process_group(self._proc, grace)

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +22,9 @@ from daemons.bus import Bus, BusConfig, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
 from daemons.codec import CodecError
+from daemons.debug import install_task_dump
 from daemons.identity import Identity
+from daemons.processes import install_stop_signals
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
@@ -178,7 +179,6 @@ class SLNode:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT stop the node gently."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+        """SIGTERM and SIGINT stop it gently."""
+        install_stop_signals(self.stop)
+        install_task_dump()

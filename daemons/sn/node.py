@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -32,6 +31,7 @@ from daemons.codec import decode_envelope
 from daemons.codec.errors import CodecError
 from daemons.debug import install_task_dump
 from daemons.identity import Identity
+from daemons.processes import install_stop_signals
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
 from daemons.sn.sealer import Sealer
@@ -190,9 +190,7 @@ class SNNode:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT stop the SN gracefully."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+        install_stop_signals(self.stop)
         install_task_dump()
 
     # ----------------------------------------------------------------- timers

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +22,9 @@ from typing import Any
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusConfig, BusError
 from daemons.bus.config import BrokerAddress
+from daemons.debug import install_task_dump
 from daemons.identity import Identity
+from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.sn.client import LedgerClient, Rejected
 from daemons.swop.builds import env_python, run_build
@@ -82,10 +83,9 @@ class SwopNode:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM and SIGINT stop the SWOP gently."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+        """SIGTERM and SIGINT stop it gently."""
+        install_stop_signals(self.stop)
+        install_task_dump()
 
     # -------------------------------------------------------------------- run
     def _bus(self) -> Bus:

@@ -8,15 +8,14 @@ environment; the profile's ``envvars`` then ``slenvvars`` the SL's; ``usrcontain
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemons.bus.config import BrokerAddress
+from daemons.processes import stop_process_group
 from taskdefs import RunSwarmBody, SlNodeDef, SwopProfile
 
 __all__ = ["PeerSpec", "SLPeer", "sl_uid"]
@@ -148,18 +147,8 @@ class SLPeer:
 
     async def stop(self, grace: float = 15.0) -> None:
         """SIGTERM the SL (which stops its ML program), SIGKILL after ``grace`` seconds."""
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            async with asyncio.timeout(grace):
-                await proc.wait()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        if self._proc is not None:
+            await stop_process_group(self._proc, grace)
 
 
 def _short(line: str) -> str:
