@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -90,7 +91,26 @@ def machine() -> dict[str, Any]:
         info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     except ImportError:
         info["device"] = "cpu"
+    info["mosquitto"] = _mosquitto_version()
+    flwr = sorted((ROOT / "bench" / ".flower-venv").glob("lib/python*/site-packages/flwr-*.dist-info"))
+    if flwr:
+        info["flwr"] = "flwr " + flwr[-1].name.removeprefix("flwr-").removesuffix(".dist-info")
     return info
+
+
+def _mosquitto_version() -> str:
+    """``mosquitto X.Y.Z`` from its help text, or what is missing."""
+    from daemons.broker.mosquitto import find_mosquitto
+
+    binary = find_mosquitto()
+    if binary is None:
+        return "mosquitto missing"
+    try:
+        out = subprocess.run([str(binary), "-h"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "mosquitto ?"
+    words = (out.stdout or out.stderr).split()
+    return f"mosquitto {words[2]}" if len(words) > 2 and words[1] == "version" else "mosquitto ?"
 
 
 def _cpu_model() -> str:
@@ -118,3 +138,39 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+ROW_KEYS = ("benchmark", "value", "unit", "baseline", "baseline_value", "ratio", "target", "note")
+
+
+def make_row(
+    benchmark: str,
+    value: float,
+    unit: str,
+    baseline: str,
+    baseline_value: float,
+    *,
+    target: str = "",
+    note: str = "",
+) -> dict[str, Any]:
+    """One table row; ``ratio`` is always ``value / baseline_value``.
+
+    ``target`` reads ``"ratio < 1.0"`` or ``"value >= 32"``: what it constrains, an operator, a number.
+    """
+    ratio = value / baseline_value if baseline_value else float("nan")
+    return {
+        "benchmark": benchmark,
+        "value": value,
+        "unit": unit,
+        "baseline": baseline,
+        "baseline_value": baseline_value,
+        "ratio": ratio,
+        "target": target,
+        "note": note,
+    }
+
+
+def print_rows(title: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Print standard rows (``ROW_KEYS``, and ``met`` when the rows have it) as a text table."""
+    columns = [*ROW_KEYS[:7], "met", "note"] if rows and "met" in rows[0] else list(ROW_KEYS)
+    print_table(title, rows, columns)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import ROOT, print_table
+from bench.common import ROOT, make_row, print_rows
 from daemons.broker import free_port
 
 NODES = 4
@@ -88,7 +88,12 @@ def run_example(work: Path) -> list[dict[str, Any]]:
             node = work / f"node{i}"
             shutil.copytree(MODEL_DIR, node / "model")
             (node / "data").mkdir()
-            np.savez(node / "data" / "mnist.npz", **node_data(i))
+            data = node_data(i)
+            np.savez(
+                node / "data" / "mnist.npz",
+                x_train=data["x_train"], y_train=data["y_train"],
+                x_test=data["x_test"], y_test=data["y_test"],
+            )  # fmt: skip
             env = {"DATA_DIR": "data", "SCRATCH_DIR": "scratch", "MAX_EPOCHS": str(EPOCHS),
                    "MIN_PEERS": str(NODES), "SYNC_FREQUENCY": str(SYNC_FREQUENCY), "SEED": "0"}  # fmt: skip
             argv = [swarm, "sl", "--name", f"sl-{i}", "--sn-api-port", str(port), "--ml-w", str(node),
@@ -114,19 +119,23 @@ def overhead_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     share = float(np.mean([s / t for s, t in zip(sync, loop, strict=True)]))
     syncs = int(results[0]["swarm"]["syncs"])
     train_only = float(np.mean([t - s for s, t in zip(sync, loop, strict=True)]))
+    mean_sync = float(np.mean(sync))
+    accuracy = float(np.mean([r["accuracy"] for r in results]))
+    note = (
+        f"share of the loop {share * 100:.1f} %; {syncs} syncs per node, mean sync "
+        f"{mean_sync / max(syncs, 1) * 1000:.0f} ms; final accuracy {accuracy:.3f}; "
+        f"identical final digests: {len({r['digest'] for r in results}) == 1}"
+    )
     return [
-        {
-            "benchmark": f"sync overhead, mnist-pyt, {NODES} nodes, syncFrequency {SYNC_FREQUENCY}",
-            "value": share * 100,
-            "unit": "% of training loop",
-            "baseline": "local training time (same run)",
-            "baseline_value": train_only,
-            "ratio": share,
-            "target": "<= 10 %",
-            "note": f"{syncs} syncs per node, mean sync {np.mean(sync) / max(syncs, 1) * 1000:.0f} ms, "
-            f"final accuracy {np.mean([r['accuracy'] for r in results]):.3f}, "
-            f"identical final digests: {len({r['digest'] for r in results}) == 1}",
-        }
+        make_row(
+            f"sync overhead: mnist-pyt, {NODES} nodes, syncFrequency {SYNC_FREQUENCY}",
+            mean_sync,
+            "s in sync rounds",
+            "local training time (same run)",
+            train_only,
+            target="ratio <= 0.1",
+            note=note,
+        )
     ]
 
 
@@ -134,31 +143,29 @@ def merge_rows() -> list[dict[str, Any]]:
     """The mean merge of 8 peers of a 45 MB model vs memcpy (bench/merge.py)."""
     from bench import merge
 
-    rows = [r for r in merge.run() if r.get("case") == "mean" and r.get("model_mb", 0) > 40]
+    rows = [r for r in merge.measure() if r.get("case") == "mean" and r.get("model_mb", 0) > 40]
     return [
-        {
-            "benchmark": f"mean merge of {merge.PEERS} peers, {row['model_mb']:.0f} MB model",
-            "value": row["input_gb_s"],
-            "unit": "GB/s of input",
-            "baseline": "memcpy (np.copyto)",
-            "baseline_value": row["memcpy_gb_s"],
-            "ratio": row["ratio_vs_memcpy"],
-            "target": ">= 0.5",
-        }
+        make_row(
+            f"mean merge of {merge.PEERS} peers, {row['model_mb']:.0f} MB model",
+            row["input_gb_s"],
+            "GB/s of input",
+            "memcpy (np.copyto)",
+            row["memcpy_gb_s"],
+            target="ratio >= 0.5",
+        )
         for row in rows[:1]
     ]
 
 
 def run() -> list[dict[str, Any]]:
-    """Every row of this benchmark."""
+    """The sync-overhead row (``make bench`` has the merge rows from bench/merge.py)."""
     with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
         results = run_example(Path(tmp))
-    return overhead_rows(results) + merge_rows()
+    return overhead_rows(results)
 
 
 def main() -> None:
-    columns = ["benchmark", "value", "unit", "baseline", "baseline_value", "ratio", "target", "note"]
-    print_table("swarm", run(), columns)
+    print_rows("swarm", run() + merge_rows())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""Sync-round latency with 4 peers for a 1.6 MB and a 45 MB (ResNet-18 size) model, against the floor.
+
+An SN (with mosquitto) and 4 standalone SLs, each running the stand-in ML program (``standin_ml.py``: a
+numpy model, no training time), sync ``ROUNDS`` times. A round's latency is the time between the moments
+the last node got the merged model of round k-1 and of round k (the median over rounds 2..R): check-in on
+the ledger, the leader pulling 3 models through the broker, the mean merge, 3 peers pulling the result,
+and the ML<->SL socket hops. The floor measured in the same run: the 6 model copies any round must move
+(3 to the leader, 3 back) over raw loopback TCP.
+
+Run: ``.venv/bin/python bench/rounds.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import resource
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import MB, ROOT, loopback_tcp_rate, make_row, print_rows
+from bench.processes import Processes, cpu_seconds, descendants
+from bench.swarm_setup import start_sl, start_sn
+
+__all__ = ["SwarmRun", "measure", "round_latency", "run", "swarm_rounds"]
+
+STANDIN = ROOT / "bench" / "standin_ml.py"
+PEERS = 4
+CASES = ((1.6, 20), (45.0, 8))  # (model MB, rounds)
+TIMEOUT_S = 240.0
+
+
+def _wait_all(procs: Processes, names: list[str], timeout: float) -> None:
+    """Wait until every named process exits; RuntimeError naming the first that failed or hung."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        proc = procs.started[name]
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} still runs after {timeout:g} s:\n{procs.output(name)[-2000:]}")
+            time.sleep(0.1)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{procs.output(name)[-2000:]}")
+
+
+@dataclass(frozen=True)
+class SwarmRun:
+    """What a stand-in swarm gave: every node's ``{"sync_s", "done"}`` and where the CPU time went."""
+
+    nodes: list[dict[str, Any]]
+    cpu_sn: float
+    cpu_broker: float
+    cpu_total: float
+
+    def cpu_note(self) -> str:
+        """CPU seconds by process kind: the SN, its mosquitto, and the SL+ML pairs."""
+        rest = self.cpu_total - self.cpu_sn - self.cpu_broker
+        return f"CPU s: SN {self.cpu_sn:.1f}, mosquitto {self.cpu_broker:.1f}, SL+ML pairs {rest:.1f}"
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def swarm_rounds(
+    ws: Path, peers: int, model_bytes: int, rounds: int, *, work_s: float = 0.0, prefix: str = "sl"
+) -> SwarmRun:
+    """Run ``peers`` SLs with stand-in MLs on a fresh SN until they finish ``rounds`` syncs."""
+    shutil.rmtree(ws, ignore_errors=True)
+    ws.mkdir(parents=True)
+    names = [f"{prefix}{i}" for i in range(1, peers + 1)]
+    cpu_before = _children_cpu()
+    with Processes(ws / "logs") as procs:
+        port = start_sn(procs, ws / "sn")
+        for i, name in enumerate(names):
+            env = {
+                "MODEL_BYTES": model_bytes, "ROUNDS": rounds, "WORK_S": work_s, "MIN_PEERS": peers,
+                "SEED": i, "RESULT": ws / f"{name}.json",
+            }  # fmt: skip
+            start_sl(procs, port, name, program=STANDIN, work=ws / "runs", env=env)
+        _wait_all(procs, names, TIMEOUT_S + 2 * peers)
+        sn = procs.started["sn"].pid
+        cpu_sn = cpu_seconds(sn)
+        cpu_broker = sum(cpu_seconds(pid) for pid in descendants(sn))
+    nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
+    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before)
+
+
+def round_latency(nodes: list[dict[str, Any]]) -> float:
+    """Median time between consecutive rounds' completion on the last node (rounds 2..R)."""
+    ends = [max(float(node["done"][k]) for node in nodes) for k in range(len(nodes[0]["done"]))]
+    return statistics.median(b - a for a, b in itertools.pairwise(ends))
+
+
+def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
+    """Round latency and its floor for one model size."""
+    nbytes = int(model_mb * MB)
+    ws = ROOT / "bench" / "results" / "rounds.tmp"
+    swarm = swarm_rounds(ws, peers, nbytes, rounds)
+    shutil.rmtree(ws, ignore_errors=True)
+    floor = 2 * (peers - 1) * nbytes / loopback_tcp_rate(nbytes, repeat=15)
+    return {
+        "model_mb": model_mb,
+        "latency_s": round_latency(swarm.nodes),
+        "floor_s": floor,
+        "rounds": rounds,
+        "cpu": swarm.cpu_note(),
+    }
+
+
+def run() -> list[dict[str, Any]]:
+    """A row per model size; ratio = round latency / the floor."""
+    rows = []
+    for model_mb, rounds in CASES:
+        m = measure(model_mb, rounds)
+        rows.append(
+            make_row(
+                f"sync round, {PEERS} peers, {model_mb:g} MB model", m["latency_s"] * 1000, "ms",
+                "6 model copies over raw loopback TCP", m["floor_s"] * 1000,
+                note=f"median of rounds 2..{rounds}; SN, mosquitto, 4 SL + stand-in ML; {m['cpu']}",
+            )
+        )  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    print_rows("sync-round latency", run())

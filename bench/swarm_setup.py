@@ -1,0 +1,157 @@
+"""Our swarm for the end-to-end benchmarks: an SN (with its mosquitto), SWOPs, standalone SLs, and the
+swci-like task submission (``LedgerClient`` transactions, as ``swci``'s CREATE/FINALIZE/ASSIGN TASK do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.processes import Processes
+from daemons.broker import free_port
+from daemons.bus import Bus, BusConfig
+from daemons.bus.config import BrokerAddress
+from daemons.sn.client import LedgerClient
+from taskdefs import body_lines, load_task_definition
+
+__all__ = [
+    "CONTRACT",
+    "RUNNER",
+    "SWARM",
+    "SwarmNode",
+    "ledger_session",
+    "register_task",
+    "run_task",
+    "start_sl",
+    "start_sn",
+    "start_swop",
+    "wait_enrolled",
+    "write_profile",
+    "write_run_task",
+]
+
+SWARM = str(Path(sys.executable).parent / "swarm")
+RUNNER = "defaulttaskbb.taskdb.sml.hpe"
+CONTRACT = "defaultbb.cqdb.sml.hpe"
+READY_LINE = "Starting SWARM-API-SERVER"
+
+
+@dataclass(frozen=True)
+class SwarmNode:
+    """One ``slnodedef`` of a SWOP profile: its SL uid, private data and ML environment."""
+
+    uid: str
+    private: Path
+    env: Mapping[str, object]
+
+
+def start_sn(procs: Processes, data_dir: Path, *, timeout: float = 60.0) -> int:
+    """Start ``swarm sn --sentinel`` on a free port; returns the port once it serves."""
+    port = free_port()
+    argv = [SWARM, "sn", "--sentinel", "--data-dir", str(data_dir), "--sn-api-port", str(port)]
+    procs.start("sn", argv)
+    procs.wait_for_line("sn", READY_LINE, timeout)
+    return port
+
+
+def write_profile(path: Path, nodes: Sequence[SwarmNode], *, envvars: Mapping[str, object]) -> Path:
+    """A SWOP profile (the reference format) with one ``slnodedef`` per node."""
+    lines = [
+        "groupname: bench", f"taskrunner: {RUNNER}", "policyuri: ~",
+        "resourcemgr: {mgrtype: DOCKER, accessinfo: {accesstype: FROMENV}}", "network: bench-net",
+        "apls: {locator: {host: 127.0.0.1, port: ~}}", "apisrv: {locator: {host: ~, port: ~, service: ~}}",
+        "envvars: [" + ", ".join(f"{k}: {v}" for k, v in envvars.items()) + "]", "nodes:",
+    ]  # fmt: skip
+    for idx, node in enumerate(nodes):
+        usr = ", ".join(f"{k}: {v}" for k, v in node.env.items())
+        lines += [
+            "  - slnodedef:", f"      idx: {idx}", "      identity: []", f"      slhostname: {node.uid}",
+            f"      usrhostname: user{idx}", f"      privatedata: {{src: '{node.private}', mType: BIND}}",
+            "      slenvvars: null", f"      usrenvvars: [{usr}]",
+        ]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_run_task(path: Path, name: str, *, program: Path, envvars: Mapping[str, object]) -> Path:
+    """A RUN_SWARM task running ``program`` (its directory is mounted as the model directory)."""
+    env = ", ".join(f'"{k}": {v}' for k, v in envvars.items())
+    path.write_text(
+        f"Name: {name}\nTaskType: RUN_SWARM\nAuthor: bench\nPrereq: ROOTTASK\nOutcome: {name}\nBody:\n"
+        f"    Command: model/{program.name}\n    Entrypoint: python3\n    WorkingDir: /tmp/test\n"
+        f"    Envvars: [{env}]\n    PrivateContent: /tmp/test/\n    SharedContent:\n"
+        f"    -   Src: {program.parent}\n        Tgt: /tmp/test/model\n        MType: BIND\n"
+    )
+    return path
+
+
+def start_swop(procs: Processes, port: int, profile: Path, work: Path, uid: str = "swop-1") -> None:
+    """Start ``swarm swop`` with ``profile`` (run directories kept for the logs)."""
+    argv = [
+        SWARM, "swop", "--profile", str(profile), "--uid", uid, "--sn-api-port", str(port),
+        "--work-dir", str(work),
+    ]  # fmt: skip
+    procs.start(uid, argv, env={"SWOP_KEEP_CONTAINERS": "True"})
+
+
+def start_sl(
+    procs: Processes, port: int, uid: str, *, program: Path, work: Path, env: Mapping[str, object]
+) -> None:
+    """Start a standalone ``swarm sl`` (the reference's ``run-sl``) running a copy of ``program``.
+
+    The copy sits in the node's own directory under ``work``, where the SL also writes the program's
+    ``<program>_sw.log``.
+    """
+    node_dir = work / uid
+    node_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(program, node_dir / program.name)
+    argv = [
+        SWARM, "sl", "--name", uid, "--sn-api-port", str(port), "--ml-w", str(node_dir),
+        "--ml-cmd", program.name, "--run-dir", str(node_dir / "run"), "--linger", "5",
+    ]  # fmt: skip
+    for key, value in env.items():
+        argv += ["--ml-e", f"{key}={value}"]
+    procs.start(uid, argv)
+
+
+@asynccontextmanager
+async def ledger_session(port: int, uid: str = "bench-swci") -> AsyncIterator[LedgerClient]:
+    """A bus session on the SN's broker with a client of its ledger (what ``swci`` holds)."""
+    async with Bus(BusConfig(BrokerAddress("127.0.0.1", port), uid, "swci")) as bus:
+        yield await LedgerClient.connect(bus, timeout=30)
+
+
+async def register_task(ledger: LedgerClient, path: Path) -> str:
+    """CREATE TASK FROM ``path`` and FINALIZE TASK; returns its name."""
+    d = load_task_definition(path)
+    body = {"name": d.name, "type": d.task_type, "author": d.author, "prereq": d.prereq, "outcome": d.outcome}
+    await ledger.submit("task.create", {**body, "body": body_lines(d)})
+    await ledger.submit("task.finalize", {"name": d.name})
+    return d.name
+
+
+async def wait_enrolled(ledger: LedgerClient, count: int, timeout: float = 60.0) -> None:
+    """Wait until ``count`` SWOPs listen on the taskrunner."""
+    async with ledger.watch("taskrunner", RUNNER) as watch:
+        while len(await ledger.query("taskrunner.peers", name=RUNNER)) < count:
+            await watch.next(timeout=timeout)
+
+
+async def run_task(ledger: LedgerClient, task: str, peers: int, timeout: float) -> dict[str, Any]:
+    """RESET TASKRUNNER, ASSIGN TASK ... WITH ``peers`` PEERS, WAIT FOR TASKRUNNER; returns its status."""
+    await ledger.submit("taskrunner.reset", {"taskrunner": RUNNER})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with ledger.watch("taskrunner", RUNNER) as watch:
+        await ledger.submit("taskrunner.assign", {"task": task, "taskrunner": RUNNER, "peers": peers})
+        while True:
+            view = await ledger.query("taskrunner.status", name=RUNNER)
+            if view["state"] in ("COMPLETE", "ERROR"):
+                return dict(view)
+            await watch.next(timeout=max(deadline - loop.time(), 0.01))
