@@ -185,6 +185,38 @@ def rounds(state: State, name: str) -> View:
     }
 
 
+def _round_brief(rnd: Round) -> View:
+    return {
+        "round": rnd.number,
+        "status": rnd.status,
+        "final": rnd.final,
+        "init": rnd.init,
+        "checked_in": len(rnd.checkins),
+        "participants": list(rnd.participants),
+        "leader": rnd.leader,
+        "failed_leaders": list(rnd.failed),
+        "digest": rnd.digest,
+        "contributors": list(rnd.contributors),
+        "reason": rnd.reason,
+    }
+
+
+def rounds_brief(state: State, name: str) -> View:
+    """The event form of a contract's rounds: statuses and roles without check-in details, and only the
+    last finished round, so that an event stays small however many nodes check in (a node that needs the
+    details, a leader, reads ``rounds``)."""
+    _contract(state, name)
+    book = state.rounds.get(name)
+    if book is None:
+        return {"contract": name, "open": None, "closed": [], "finished": []}
+    return {
+        "contract": name,
+        "open": _round_brief(book.open) if book.open is not None else None,
+        "closed": [_round_brief(r) for r in book.pending],
+        "finished": [_round_brief(book.done[-1])] if book.done else [],
+    }
+
+
 def model(state: State, name: str) -> View:
     """The latest merged model of a contract and, once COMPLETE, its final digest."""
     contract = _contract(state, name)
@@ -390,7 +422,7 @@ def entity_view(state: State, kind: str, key: str) -> View | None:
     views: Mapping[str, tuple[Mapping[str, Any], Callable[[State, str], View]]] = {
         "node": (state.nodes, node_info),
         "contract": (state.contracts, contract_status),
-        "round": (state.rounds, rounds),
+        "round": (state.rounds, rounds_brief),
         "task": (state.tasks, task_info),
         "taskrunner": (state.taskrunners, taskrunner_status),
     }

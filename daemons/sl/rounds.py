@@ -218,7 +218,7 @@ class RoundEngine:
                 log.warning("round %d closed without this node; continuing with its own model", number)
                 return RoundResult(own, digest, number, merged=False), leading
             if rnd.get("leader") == self.uid and (leading is None or leading.done()):
-                leading = asyncio.get_running_loop().create_task(self._lead_safely(rnd, own))
+                leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
             return None, leading
         if status == "ABANDONED":
             log.warning("round %d was abandoned (%s); continuing with own model", number, rnd.get("reason"))
@@ -256,18 +256,20 @@ class RoundEngine:
         return result
 
     # -------------------------------------------------------------- leading
-    async def _lead_safely(self, rnd: dict[str, Any], own: FlatState) -> None:
+    async def _lead_safely(self, number: int, own: FlatState) -> None:
         try:
-            await self._lead(rnd, own)
+            await self._lead(number, own)
         except asyncio.CancelledError:
             raise
         except Rejected as exc:
-            log.warning("round %s: the ledger refused our merge: %s", rnd.get("round"), exc.reason)
+            log.warning("round %s: the ledger refused our merge: %s", number, exc.reason)
         except Exception:
-            log.exception("round %s: merging failed; the ledger will choose another leader", rnd.get("round"))
+            log.exception("round %s: merging failed; the ledger will choose another leader", number)
 
-    async def _lead(self, rnd: dict[str, Any], own: FlatState) -> None:
-        number = int(rnd["round"])
+    async def _lead(self, number: int, own: FlatState) -> None:
+        rnd = _find(await self.ledger.query("contract.rounds", name=self.contract), number)
+        if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
+            return  # replaced meanwhile
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
         participants = [uid for uid in rnd.get("participants") or [] if uid in checkins]
         log.info("leading round %d of %s with %d participants", number, self.contract, len(participants))
@@ -322,6 +324,10 @@ class RoundEngine:
         """Put ``uid``'s checked-in weights in ``row``; False (and a log line) when they cannot be used."""
         if uid == self.uid:
             row[:] = own.buffer
+            return True
+        held = self.holder.get(bytes.fromhex(digest))
+        if held is not None and held.specs == own.specs:  # a model we hold already (same digest)
+            row[:] = held.buffer
             return True
         try:
             flat = await fetch_state(
