@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ __all__ = ["BrokerError", "Engine", "ManagedBroker"]
 
 log = logging.getLogger("swarm.broker")
 Engine = Literal["auto", "mosquitto", "amqtt"]
+_PR_SET_PDEATHSIG = 1
 
 
 class BrokerError(RuntimeError):
@@ -35,6 +37,14 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies (Linux), so a killed
+    SN never leaves its broker running."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -110,7 +120,11 @@ class ManagedBroker:
         command = self._command()
         with self.log_path.open("ab") as log_file:
             self._proc = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
             )
         deadline = time.monotonic() + timeout
         while not _port_open(self.settings.host, self.port):

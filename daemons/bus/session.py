@@ -21,6 +21,7 @@ from typing import Any
 import aiomqtt
 
 from daemons.aio import raise_if_cancelling
+from daemons.bus import paho_fixes
 from daemons.bus.config import BusConfig
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
@@ -38,6 +39,7 @@ from daemons.codec import (
 __all__ = ["Bus", "Message", "Subscription"]
 
 log = logging.getLogger("swarm.bus")
+paho_fixes.apply()
 
 
 @dataclass(frozen=True, slots=True)
