@@ -31,7 +31,7 @@ RESULTS = ROOT / "bench" / "results"
 BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("bus", "bench.bus"),
     ("merge", "bench.merge"),
-    ("ledger", "bench.ledger_core"),
+    ("ledger", "bench.ledger"),
     ("rounds", "bench.rounds"),
     ("swarm", "bench.swarm"),
     ("flower", "bench.flower_compare"),
