@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 
 import msgpack
 import numpy as np
@@ -22,6 +23,17 @@ from daemons.codec.tensors import (
 )
 
 CHUNK = 1 << 16
+
+
+def split(chunk: bytes) -> tuple[dict[str, object], bytes]:
+    """A chunk message as (header, raw data)."""
+    length = struct.unpack_from("!H", chunk)[0]
+    return msgpack.unpackb(chunk[2 : 2 + length]), chunk[2 + length :]
+
+
+def join(header: dict[str, object], data: bytes) -> bytes:
+    packed = msgpack.packb(header)
+    return struct.pack("!H", len(packed)) + packed + data
 
 
 def sample_state(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -98,9 +110,8 @@ def test_missing_chunks_are_named() -> None:
 def test_corrupt_chunk_is_named() -> None:
     flat = flat_of(sample_state(np.random.default_rng(5)))
     chunks, manifest = transfer(flat)
-    bad = msgpack.unpackb(chunks[2])
-    bad["d"] = bad["d"][:-1] + bytes([bad["d"][-1] ^ 1])
-    chunks[2] = msgpack.packb(bad)
+    header, data = split(chunks[2])
+    chunks[2] = join(header, data[:-1] + bytes([data[-1] ^ 1]))
     r = Reassembler("t1")
     r.set_manifest(manifest)  # type: ignore[arg-type]
     for chunk in chunks:
@@ -114,11 +125,11 @@ def test_extra_and_foreign_chunks_are_refused() -> None:
     chunks, manifest = transfer(flat)
     r = Reassembler("t1")
     r.set_manifest(manifest)  # type: ignore[arg-type]
-    extra = msgpack.unpackb(chunks[0])
-    extra["n"] += 1
-    extra["i"] = extra["n"] - 1
+    header, data = split(chunks[0])
+    header["n"] = int(header["n"]) + 1  # type: ignore[call-overload]
+    header["i"] = header["n"] - 1  # type: ignore[operator]
     with pytest.raises(CodecError, match="disagrees"):
-        r.add_chunk(msgpack.packb(extra))
+        r.add_chunk(join(header, data))
     other, _ = transfer(flat, "t2")
     with pytest.raises(CodecError, match="sent to"):
         r.add_chunk(other[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ MAX_CHUNK_SIZE = 4 << 20
 MAX_STATE_BYTES = 16 << 30
 MAX_TENSORS = 100_000
 _DIGEST_BYTES = 32
+_CHUNK_HEADER = struct.Struct("!H")
+_MAX_CHUNK_HEADER = 1024
 
 # Wire dtype label -> numpy storage dtype. bfloat16 travels as raw 16-bit words.
 DTYPES: Mapping[str, np.dtype[Any]] = {
@@ -235,19 +238,17 @@ def _check_chunk_size(chunk_size: int) -> None:
 
 
 def encode_chunk(flat: FlatState, manifest: Manifest, index: int) -> bytes:
-    """Wire bytes of chunk ``index``: ``{x, i, n, o, s, d}``."""
+    """Wire bytes of chunk ``index``: ``u16 length | msgpack {x, i, n, o, s} | raw bytes``.
+
+    The raw bytes follow the header instead of sitting inside it, so a receiver copies them straight
+    from the message into its buffer (msgpack would copy them once more into a bytes object).
+    """
     offset = index * manifest.chunk_size
     data = flat.buffer.data[offset : offset + manifest.chunk_size]
-    return packb(
-        {
-            "x": manifest.transfer,
-            "i": index,
-            "n": manifest.n_chunks,
-            "o": offset,
-            "s": manifest.total,
-            "d": data,
-        }
+    header = packb(
+        {"x": manifest.transfer, "i": index, "n": manifest.n_chunks, "o": offset, "s": manifest.total}
     )
+    return b"".join((_CHUNK_HEADER.pack(len(header)), header, data))
 
 
 def iter_chunks(flat: FlatState, manifest: Manifest) -> Iterator[bytes]:
@@ -265,7 +266,7 @@ class Chunk:
     count: int
     offset: int
     total: int
-    data: bytes
+    data: memoryview
 
 
 def _int_field(raw: dict[str, Any], key: str, what: str, low: int, high: int) -> int:
@@ -276,16 +277,21 @@ def _int_field(raw: dict[str, Any], key: str, what: str, low: int, high: int) ->
 
 
 def decode_chunk(data: bytes | memoryview, *, what: str = "chunk") -> Chunk:
-    """Decode and range-check a chunk message."""
-    raw = unpackb(data, what=what, max_bytes=MAX_CHUNK_SIZE + 4096)
-    if not isinstance(raw, dict) or set(raw) != {"x", "i", "n", "o", "s", "d"}:
-        raise CodecError(f"{what}: expected a map with fields x, i, n, o, s, d")
+    """Decode and range-check a chunk message (the payload is a view into ``data``, not a copy)."""
+    view = memoryview(data)
+    if len(view) < _CHUNK_HEADER.size or len(view) > MAX_CHUNK_SIZE + _MAX_CHUNK_HEADER:
+        raise CodecError(f"{what}: {len(view)} bytes is not a chunk message")
+    (length,) = _CHUNK_HEADER.unpack_from(view)
+    start = _CHUNK_HEADER.size + length
+    if not 0 < length <= _MAX_CHUNK_HEADER or start > len(view):
+        raise CodecError(f"{what}: header length {length} does not fit the message")
+    raw = unpackb(view[_CHUNK_HEADER.size : start], what=f"{what} header", max_bytes=_MAX_CHUNK_HEADER)
+    if not isinstance(raw, dict) or set(raw) != {"x", "i", "n", "o", "s"}:
+        raise CodecError(f"{what}: the header must be a map with fields x, i, n, o, s")
     transfer = raw["x"]
     if not isinstance(transfer, str) or not transfer:
         raise CodecError(f"{what}: field 'x' must be a transfer id")
-    payload = raw["d"]
-    if not isinstance(payload, bytes):
-        raise CodecError(f"{what}: field 'd' must be bytes")
+    payload = view[start:]
     total = _int_field(raw, "s", what, 0, MAX_STATE_BYTES)
     count = _int_field(raw, "n", what, 1, MAX_STATE_BYTES // (MIN_CHUNK_SIZE // 16) + 1)
     index = _int_field(raw, "i", what, 0, count - 1)
