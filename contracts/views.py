@@ -16,6 +16,7 @@ from contracts.taskrunners import counts
 
 __all__ = [
     "QUERIES",
+    "BadQuery",
     "QueryError",
     "contract_info",
     "contract_status",
@@ -42,6 +43,10 @@ View = dict[str, Any]
 
 class QueryError(LookupError):
     """A read that cannot be answered: an unknown query, a missing argument or entity."""
+
+
+class BadQuery(QueryError):
+    """A read whose arguments are malformed (the caller's mistake, not a missing entity)."""
 
 
 def _num(value: float | None) -> float | str | None:
@@ -432,14 +437,27 @@ def entity_view(state: State, kind: str, key: str) -> View | None:
     return view(state, key) if key in entities else None
 
 
-def _arg(args: Mapping[str, Any], key: str, query_name: str) -> Any:
-    if key not in args:
-        raise QueryError(f"query {query_name!r} needs the argument {key!r}")
-    return args[key]
+def _arg(
+    args: Mapping[str, Any],
+    key: str,
+    query_name: str,
+    types: tuple[type, ...] = (str,),
+    *,
+    optional: bool = False,
+) -> Any:
+    if key not in args or args[key] is None:
+        if optional:
+            return None
+        raise BadQuery(f"query {query_name!r} needs the argument {key!r}")
+    value = args[key]
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        names = " or ".join(t.__name__ for t in types)
+        raise BadQuery(f"query {query_name!r}: argument {key!r} must be {names}, got {type(value).__name__}")
+    return value
 
 
 def _named(fn: Callable[[State, str], Any]) -> Callable[[State, Mapping[str, Any], str], Any]:
-    return lambda state, args, q: fn(state, str(_arg(args, "name", q)))
+    return lambda state, args, q: fn(state, _arg(args, "name", q))
 
 
 QUERIES: Mapping[str, Callable[[State, Mapping[str, Any], str], Any]] = {
@@ -457,10 +475,12 @@ QUERIES: Mapping[str, Callable[[State, Mapping[str, Any], str], Any]] = {
     "taskrunner.status": _named(taskrunner_status),
     "taskrunner.peers": _named(taskrunner_peers),
     "taskrunner.peer_status": lambda state, args, q: taskrunner_peer_status(
-        state, str(_arg(args, "name", q)), _arg(args, "swop", q)
+        state, _arg(args, "name", q), _arg(args, "swop", q, (int, str))
     ),
-    "nodes": lambda state, args, q: list_nodes(state, args.get("role"), args.get("online")),
-    "node": lambda state, args, q: node_info(state, str(_arg(args, "uid", q))),
+    "nodes": lambda state, args, q: list_nodes(
+        state, _arg(args, "role", q, optional=True), _arg(args, "online", q, (bool,), optional=True)
+    ),
+    "node": lambda state, args, q: node_info(state, _arg(args, "uid", q)),
 }
 
 

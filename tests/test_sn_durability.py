@@ -469,12 +469,6 @@ def test_an_sn_restarted_on_its_port_after_a_sigkill_runs_its_own_broker(
         kill_brokers_left_by(again)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: ManagedBroker.start() takes any listener on the port for its own broker: with the "
-    "port held by another mosquitto, `swarm sn` serves through that broker and restarts its own every "
-    "0.2 s forever; held by a non-MQTT listener, it dies after 10 s with a BusConnectError traceback",
-)
 def test_an_sn_whose_port_is_taken_refuses_to_start_clearly(
     fresh_mosquitto: ManagedBroker, tmp_path: Path
 ) -> None:

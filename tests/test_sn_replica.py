@@ -260,12 +260,6 @@ async def _sentinel_restarted_while_replica_frozen(swarm: Swarm) -> tuple[Runnin
     return replica_node, head
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: Replica.follow catches up only when it starts and when a block arrives out of "
-    "order; after its bus reconnects it does not fetch the blocks it missed, so it serves stale reads "
-    "until the sentinel seals another block",
-)
 @pytest.mark.parametrize("signed", ["unsigned"], indirect=True)  # the same with certificates
 async def test_a_replica_catches_up_after_a_sentinel_restart_without_new_writes(swarm: Swarm) -> None:
     _, head = await _sentinel_restarted_while_replica_frozen(swarm)

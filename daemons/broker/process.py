@@ -26,6 +26,7 @@ __all__ = ["BrokerError", "Engine", "ManagedBroker"]
 log = logging.getLogger("swarm.broker")
 Engine = Literal["auto", "mosquitto", "amqtt"]
 _PR_SET_PDEATHSIG = 1
+_MAX_RESTARTS_PER_MINUTE = 5
 
 
 class BrokerError(RuntimeError):
@@ -45,6 +46,18 @@ def _die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker does
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise BrokerError(
+                f"port {port} on {host} is taken ({exc.strerror}): another broker or program listens "
+                f"there; choose another port, or use that broker with --broker mqtt://{host}:{port}"
+            ) from None
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -116,7 +129,12 @@ class ManagedBroker:
         return [sys.executable, "-m", "daemons.broker.amqtt_main", str(conf)]
 
     def start(self, timeout: float = 15.0) -> BrokerAddress:
-        """Start the broker and wait until it accepts connections."""
+        """Start the broker and wait until it accepts connections.
+
+        Raises BrokerError when the port is taken (something else would answer in its place) or when
+        the broker exits or does not listen in time.
+        """
+        _check_port_free(self.settings.host, self.port)
         command = self._command()
         with self.log_path.open("ab") as log_file:
             self._proc = subprocess.Popen(
@@ -170,7 +188,12 @@ class ManagedBroker:
         return self.start()
 
     async def supervise(self) -> None:
-        """Restart the broker whenever it exits unexpectedly, until ``stop()`` is called."""
+        """Restart the broker whenever it exits unexpectedly, until ``stop()`` is called.
+
+        Restarts back off (0.2 s doubling to 5 s); after 5 failures within a minute it gives up and
+        raises BrokerError, so its owner can end with that reason instead of flapping.
+        """
+        failures: list[float] = []
         while not self._stopping:
             proc = self._proc
             if proc is None:
@@ -178,16 +201,17 @@ class ManagedBroker:
             code = await asyncio.to_thread(proc.wait)
             if self._stopping or proc is not self._proc:
                 continue
-            log.error(
-                "%s (pid %s) exited with %s; restarting:\n%s",
-                self.engine,
-                proc.pid,
-                code,
-                _tail(self.log_path),
-            )
+            now = time.monotonic()
+            failures = [t for t in failures if now - t < 60] + [now]
+            log.error("%s (pid %s) exited with %s:\n%s", self.engine, proc.pid, code, _tail(self.log_path))
+            if len(failures) > _MAX_RESTARTS_PER_MINUTE:
+                raise BrokerError(f"{self.engine} failed {len(failures)} times within a minute; giving up")
+            await asyncio.sleep(min(5.0, 0.2 * 2 ** (len(failures) - 1)))
             self.restarts += 1
-            await asyncio.sleep(0.2)
-            await asyncio.to_thread(self.start)
+            try:
+                await asyncio.to_thread(self.start)
+            except BrokerError as exc:
+                log.error("restarting %s failed: %s", self.engine, exc)
 
     def __enter__(self) -> ManagedBroker:
         self.start()

@@ -145,6 +145,7 @@ class Bus:
         self._children: list[asyncio.Task[Any]] = []
         self.rpc = RpcClient(self)
         self.reconnects = 0
+        self._reconnect_events: list[asyncio.Event] = []
         self._mqtt_log = logging.getLogger(f"swarm.bus.mqtt.{config.uid}.{id(self):x}")
         self._mqtt_log.propagate = False
         self._mqtt_log.addHandler(_PahoErrors(self._note_paho_error))
@@ -307,6 +308,8 @@ class Bus:
         if self._ever_connected:
             self.reconnects += 1
             log.info("bus[%s] reconnected to %s", self.uid, self.config.broker)
+            for event in self._reconnect_events:
+                event.set()
         self._ever_connected = True
         self._connected.set()
 
@@ -329,6 +332,10 @@ class Bus:
         if client is not None:
             payload = self._presence_payload(state)
             await client.publish(self.topics.presence(self.uid), payload, qos=1, retain=True)
+
+    def notify_reconnects(self, event: asyncio.Event) -> None:
+        """Set ``event`` after every reconnect (messages published meanwhile were not delivered)."""
+        self._reconnect_events.append(event)
 
     async def set_presence(self, **fields: Any) -> None:
         """Update the fields of this session's retained presence and republish it."""

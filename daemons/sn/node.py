@@ -22,10 +22,10 @@ from contracts.blockstore import ChainError
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import due_actions, next_deadline
 from contracts.tx import Rejection
-from contracts.views import QueryError, query
+from contracts.views import BadQuery, QueryError, query
 from daemons.aio import raise_if_cancelling
-from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
-from daemons.bus import Bus, BusConfig, Request, RpcError
+from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
+from daemons.bus import Bus, BusConfig, BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.codec import decode_envelope
 from daemons.codec.errors import CodecError
@@ -41,6 +41,7 @@ __all__ = ["SNNode", "SNOptions", "VERSION"]
 log = logging.getLogger("swarm.sn")
 VERSION = "0.1.0"
 _MAX_BLOCKS_PER_REPLY = 200
+_MAX_HEIGHT = 2**53
 
 
 @dataclass
@@ -122,11 +123,13 @@ class SNNode:
         """Run until SIGTERM/SIGINT or ``stop()``."""
         try:
             self.ledger = await asyncio.to_thread(self._open_ledger)
-        except ChainError as exc:
+            address = await asyncio.to_thread(self._start_broker)
+        except (ChainError, BrokerError) as exc:
             raise SystemExit(f"swarm sn: {exc}") from None
-        address = await asyncio.to_thread(self._start_broker)
         try:
             await self._serve(address)
+        except* (BusConnectError, BrokerError) as group:  # the broker gave up, or we cannot reach it
+            raise SystemExit(f"swarm sn: {group.exceptions[0]}") from None
         finally:
             if self.broker is not None:
                 await asyncio.to_thread(self.broker.stop)
@@ -262,8 +265,17 @@ class SNNode:
             raise RpcError("bad-request", "query needs 'name' (str) and 'args' (map)")
         try:
             return query(self.ledger.state, name, args)
+        except BadQuery as exc:
+            raise RpcError("bad-request", str(exc)) from None
         except QueryError as exc:
             raise RpcError("not-found", str(exc)) from None
+        except (
+            TypeError,
+            ValueError,
+            AttributeError,
+            OverflowError,
+        ) as exc:  # arguments a view did not check
+            raise RpcError("bad-request", f"query {name!r}: invalid arguments ({exc})") from None
 
     def status(self) -> dict[str, Any]:
         """What ``GET CONTEXT VERSION`` and monitoring show."""
@@ -282,8 +294,8 @@ class SNNode:
     def _blocks(self, body: dict[str, Any]) -> dict[str, Any]:
         assert self.ledger is not None  # noqa: S101
         start = body.get("start")
-        if not isinstance(start, int) or start < 0:
-            raise RpcError("bad-request", "blocks needs 'start' (a height)")
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= _MAX_HEIGHT:
+            raise RpcError("bad-request", f"blocks needs 'start': a height from 0 to {_MAX_HEIGHT}")
         with self.lock:
             raw = self.ledger.raw_blocks(start, start + _MAX_BLOCKS_PER_REPLY)
         return {"blocks": raw, "head": self.ledger.height}

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
 from contracts.ledger import Ledger
 from daemons.aio import raise_if_cancelling
@@ -34,6 +35,9 @@ class Replica:
         self._sentinel_uid = sentinel_uid
         self.sentinel = ""
         self._advanced = asyncio.Condition()
+        self._appending = asyncio.Lock()
+        self._reconnected = asyncio.Event()
+        bus.notify_reconnects(self._reconnected)
 
     @property
     def ledger(self) -> Ledger:
@@ -61,8 +65,9 @@ class Replica:
     async def follow(self) -> None:
         """Apply the sentinel's blocks as they come, until cancelled."""
         topic = self._bus.topics.events(self.sentinel, "block")
-        async with self._bus.subscribe(topic, maxsize=100_000) as sub:
+        async with self._bus.subscribe(topic, maxsize=100_000) as sub, asyncio.TaskGroup() as group:
             await self.catch_up()
+            group.create_task(self._catch_up_after_reconnects(), name="sn.replica.reconnects")
             async for message in sub:
                 raise_if_cancelling()
                 try:
@@ -77,6 +82,13 @@ class Replica:
                     await self._append(raw)
                 else:
                     await self.catch_up()
+
+    async def _catch_up_after_reconnects(self) -> None:
+        """Blocks sealed while we were disconnected were published to nobody: fetch them."""
+        while True:
+            await self._reconnected.wait()
+            self._reconnected.clear()
+            await self.catch_up()
 
     async def catch_up(self) -> None:
         """Fetch and append every block the sentinel has beyond our head."""
@@ -93,13 +105,22 @@ class Replica:
                 return
 
     async def _append(self, raw: bytes) -> None:
-        try:
-            await asyncio.to_thread(self._append_locked, raw)
-        except ChainError as exc:
-            log.error("refused a block from %s: %s", self.sentinel, exc)
-            return
+        async with self._appending:
+            try:
+                await asyncio.to_thread(self._append_locked, raw)
+            except ChainError as exc:
+                if self._is_old(raw):
+                    return  # the feed and a catch-up both delivered it
+                log.error("refused a block from %s: %s", self.sentinel, exc)
+                return
         async with self._advanced:
             self._advanced.notify_all()
+
+    def _is_old(self, raw: bytes) -> bool:
+        try:
+            return decode_block(raw).height <= self.ledger.height
+        except BlockError:
+            return False
 
     def _append_locked(self, raw: bytes) -> None:
         with self._node.lock:
