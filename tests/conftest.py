@@ -141,18 +141,20 @@ def start_sn(data_dir: Path, *, extra: list[str] | None = None, timeout: float =
     _require_mosquitto()
     from daemons.broker import free_port
 
-    port = free_port()
+    extra = list(extra or [])
+    port = int(extra[extra.index("--sn-api-port") + 1]) if "--sn-api-port" in extra else free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "sn.out"
+    seen = log_path.stat().st_size if log_path.exists() else 0  # a restart appends: wait for its own line
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "daemons.cli", "sn", "--sentinel", "--data-dir", str(data_dir),
-             "--sn-api-port", str(port), *(extra or [])],
+             *([] if "--sn-api-port" in extra else ["--sn-api-port", str(port)]), *extra],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     sn = RunningSN(proc, port, data_dir, log_path)
     deadline = time.monotonic() + timeout
-    while "Starting SWARM-API-SERVER" not in sn.log():
+    while "Starting SWARM-API-SERVER" not in sn.log()[seen:]:
         if proc.poll() is not None or time.monotonic() > deadline:
             sn.stop(signal.SIGKILL)
             raise RuntimeError(f"swarm sn did not start:\n{sn.log()[-3000:]}")
