@@ -52,7 +52,7 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA with sn-1, swop-1, sl-1..sl-4, swci-1, plus sl-old (expired) and sl-new (not yet)."""
     out = tmp_path_factory.mktemp("swarm")
     init_swarm(out)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     issue_identity(out / "ca", "sl-old", "sl", out, valid_from=now - 10 * DAY, days=1)
     issue_identity(out / "ca", "sl-new", "sl", out, valid_from=now + DAY, days=30)
     return out
@@ -229,7 +229,7 @@ def _issue_without_ou(ca_dir: Path, out: Path) -> tuple[Path, Path]:
     """A certificate signed by the CA whose subject has a CN but no OU."""
     ca_cert, ca_key = load_ca(ca_dir)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sl-x")]))
@@ -288,7 +288,7 @@ def test_load_ca_certs_errors(tmp_path: Path) -> None:
 def test_check_identity_accepts_a_good_identity(swarm: Path) -> None:
     info = check_identity(swarm / "sl-4-cert.pem", swarm / "sl-4-key.pem", swarm / "ca" / "capath")
     assert (info.uid, info.role, info.sans) == ("sl-4", "sl", ("localhost", "127.0.0.1"))
-    assert info.not_after > dt.datetime.now(dt.timezone.utc) + 300 * DAY
+    assert info.not_after > dt.datetime.now(dt.UTC) + 300 * DAY
 
 
 @pytest.mark.parametrize(
