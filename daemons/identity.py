@@ -11,10 +11,13 @@ import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from certs import CertError, Signer, Verifier, check_identity, client_context
+from daemons.bus import Bus, BusConfig
+from daemons.bus.config import BrokerAddress
 
-__all__ = ["Identity", "IdentityError", "add_identity_arguments", "identity_from_args"]
+__all__ = ["Identity", "IdentityError", "add_identity_arguments", "identity_from_args", "open_bus"]
 
 
 class IdentityError(ValueError):
@@ -65,6 +68,27 @@ class Identity:
                 return pems[0]
             raise IdentityError(f"no CA certificate (*.pem) in {self.ca}")
         return self.ca
+
+
+def open_bus(
+    identity: Identity | None,
+    broker: BrokerAddress,
+    uid: str,
+    role: str,
+    *,
+    network: str,
+    presence: dict[str, Any] | None = None,
+) -> Bus:
+    """A bus session for ``uid``: with an identity, mutual TLS (mqtts) and signed, verified envelopes."""
+    if identity is not None and not broker.tls:
+        broker = BrokerAddress(broker.host, broker.port, tls=True)
+    config = BusConfig(broker, uid, role, network=network, tls=identity.tls() if identity else None)
+    return Bus(
+        config,
+        signer=identity.signer() if identity else None,
+        verifier=identity.verifier() if identity else None,
+        presence=presence,
+    )
 
 
 def add_identity_arguments(parser: argparse.ArgumentParser) -> None:

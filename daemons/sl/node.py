@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemons.bus import Bus, BusConfig, Request, RpcError
+from daemons.bus import Bus, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
 from daemons.codec import CodecError
 from daemons.debug import install_task_dump
-from daemons.identity import Identity
+from daemons.identity import Identity, open_bus
 from daemons.processes import install_stop_signals
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
@@ -65,18 +65,8 @@ class SLNode:
 
     def _bus(self) -> Bus:
         opts = self.options
-        ident = opts.identity
-        broker = opts.broker
-        if ident is not None and not broker.tls:
-            broker = BrokerAddress(broker.host, broker.port, tls=True)
-        config = BusConfig(broker, opts.uid, "sl", network=opts.network, tls=ident.tls() if ident else None)
         presence = {"role": "sl", "parent": opts.parent, "host": socket.gethostname(), "pid": os.getpid()}
-        return Bus(
-            config,
-            signer=ident.signer() if ident else None,
-            verifier=ident.verifier() if ident else None,
-            presence=presence,
-        )
+        return open_bus(opts.identity, opts.broker, opts.uid, "sl", network=opts.network, presence=presence)
 
     async def run(self) -> int:
         """Run the ML program to its end; returns its exit status."""

@@ -25,12 +25,12 @@ from contracts.tx import Rejection
 from contracts.views import BadQuery, QueryError, query
 from daemons.aio import raise_if_cancelling
 from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
-from daemons.bus import Bus, BusConfig, BusConnectError, Request, RpcError
+from daemons.bus import BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.codec import decode_envelope
 from daemons.codec.errors import CodecError
 from daemons.debug import install_task_dump
-from daemons.identity import Identity
+from daemons.identity import Identity, open_bus
 from daemons.processes import install_stop_signals
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
@@ -111,13 +111,6 @@ class SNNode:
         self.broker = ManagedBroker(settings, opts.broker_engine)  # type: ignore[arg-type]
         return self.broker.start()
 
-    def _bus_config(self, address: BrokerAddress) -> BusConfig:
-        ident = self.options.identity
-        tls = ident.tls() if ident else None
-        if tls is not None and not address.tls:
-            address = BrokerAddress(address.host, address.port, tls=True)
-        return BusConfig(address, self.options.uid, "sn", network=self.options.network, tls=tls)
-
     # ------------------------------------------------------------------- run
     async def run(self) -> None:
         """Run until SIGTERM/SIGINT or ``stop()``."""
@@ -148,8 +141,7 @@ class SNNode:
             **opts.extra_presence,
         }
         signer = ident.signer() if ident else None
-        verifier = ident.verifier() if ident else None
-        async with Bus(self._bus_config(address), signer=signer, verifier=verifier, presence=presence) as bus:
+        async with open_bus(ident, address, opts.uid, "sn", network=opts.network, presence=presence) as bus:
             if self.ledger is None or not opts.sentinel:
                 self.replica = Replica(bus, self, opts.sentinel_uid)
                 self.ledger = await self.replica.start(self.ledger)

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from daemons.aio import raise_if_cancelling
-from daemons.bus import Bus, BusConfig, BusError
+from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity
+from daemons.identity import Identity, open_bus
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.sn.client import LedgerClient, Rejected
@@ -90,25 +90,13 @@ class SwopNode:
     # -------------------------------------------------------------------- run
     def _bus(self) -> Bus:
         opts = self.options
-        ident = opts.identity
-        broker = (
-            opts.broker
-            if ident is None or opts.broker.tls
-            else BrokerAddress(opts.broker.host, opts.broker.port, True)
-        )
-        config = BusConfig(broker, opts.uid, "swop", network=opts.network, tls=ident.tls() if ident else None)
         presence = {
             "role": "swop",
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "taskrunner": self.taskrunner,
         }
-        return Bus(
-            config,
-            signer=ident.signer() if ident else None,
-            verifier=ident.verifier() if ident else None,
-            presence=presence,
-        )
+        return open_bus(opts.identity, opts.broker, opts.uid, "swop", network=opts.network, presence=presence)
 
     async def run(self) -> None:
         """Enroll and run assignments until stopped."""
