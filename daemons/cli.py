@@ -12,7 +12,7 @@ __all__ = ["BLAS_LIMITED", "build_parser", "limit_blas_threads", "main"]
 
 BLAS_LIMITED = "SWARM_BLAS_LIMITED"
 
-# command -> module with add_parser(subparsers) and run(args) -> int
+# command -> module with add_parser(subparsers) and run(args) -> int; imported after limit_blas_threads()
 _SUBCOMMANDS = {
     "sn": "daemons.sn.cli",
     "swop": "daemons.swop.cli",
@@ -23,14 +23,7 @@ _SUBCOMMANDS = {
 
 
 def _modules() -> dict[str, ModuleType]:
-    found: dict[str, ModuleType] = {}
-    for command, name in _SUBCOMMANDS.items():
-        try:
-            found[command] = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if not (exc.name and name.startswith(exc.name)):
-                raise
-    return found
+    return {command: importlib.import_module(name) for command, name in _SUBCOMMANDS.items()}
 
 
 def build_parser(modules: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
