@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -209,10 +210,12 @@ class Verifier:
 
     def _validate(self, cert_der: bytes, claimed_uid: str) -> _Trusted:
         try:
-            cert = x509.load_der_x509_certificate(cert_der)
+            with warnings.catch_warnings():  # cryptography only warns about some malformed fields today
+                warnings.simplefilter("error")
+                cert = x509.load_der_x509_certificate(cert_der)
             uid, role = cert_uid_role(cert)
             key = cert.public_key()
-        except (ValueError, UnsupportedAlgorithm) as exc:
+        except (ValueError, UnsupportedAlgorithm, Warning) as exc:
             msg = f"certificate sent by {claimed_uid!r} is not a valid DER certificate: {exc}"
             raise SignatureError(msg) from None
         ca = find_issuer(cert, self._cas)
