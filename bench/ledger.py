@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, machine, print_table
-from bench.ledger_core import _seal_all, _verify_only, workload
+from bench.ledger_core import seal_and_reopen
 from certs import Signer, Verifier, init_swarm
 from contracts.ledger import Ledger
 from contracts.machine import DEFAULT_CONTRACT
@@ -70,29 +70,16 @@ def signer(pki: Path, uid: str) -> Signer:
 # ----------------------------------------------------------------------- (a) seal in process
 def build_chain(pki: Path, path: Path, n_tx: int) -> dict[str, Any]:
     """Seal ``n_tx`` signed transactions into a chain at ``path`` (sn-1 seals); returns the timings."""
-    sn = signer(pki, "sn-1")
     sls: list[SignerLike] = [signer(pki, f"sl-{i}") for i in range(1, N_SL + 1)]
     verifier = Verifier.from_ca(pki / "ca" / "capath")
-    envelopes = workload(n_tx, sls, sn)
-    verify_s = _verify_only(envelopes, verifier)
-    ledger = Ledger.create(path, sealer=sn, sealer_uid=sn.uid, verifier=verifier, now=time.time())
-    started = time.perf_counter()
-    accepted = _seal_all(ledger, envelopes, BATCH, sn)
-    seal_s = time.perf_counter() - started
-    height = ledger.height
-    ledger.close()
-    assert accepted == len(envelopes), f"only {accepted} of {len(envelopes)} accepted"
-    started = time.perf_counter()
-    with Ledger.open(path, verifier=verifier) as reopened:
-        open_s = time.perf_counter() - started
-        assert reopened.height == height
+    t = seal_and_reopen(path, signer(pki, "sn-1"), sls, verifier, n_tx, BATCH)
     return {
-        "n_tx": len(envelopes),
-        "blocks": height + 1,
-        "seal_tx_s": len(envelopes) / seal_s,
-        "verify_tx_s": len(envelopes) / verify_s,
-        "open_s": open_s,
-        "mib": path.stat().st_size / 2**20,
+        "n_tx": t.n_tx,
+        "blocks": t.blocks,
+        "seal_tx_s": t.n_tx / t.seal_s,
+        "verify_tx_s": t.n_tx / t.verify_s,
+        "open_s": t.open_s,
+        "mib": t.mib,
     }
 
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,38 +112,56 @@ def _verify_only(envelopes: list[bytes], verifier: VerifierLike) -> float:
     return time.perf_counter() - started
 
 
+@dataclass(frozen=True)
+class ChainTimings:
+    """What sealing a workload into a new chain and reopening it took."""
+
+    n_tx: int
+    blocks: int
+    verify_s: float  # decoding + verifying the same envelopes alone (the baseline)
+    seal_s: float
+    open_s: float
+    mib: float
+
+
+def seal_and_reopen(
+    path: Path, sn: SignerLike, sls: list[SignerLike], verifier: VerifierLike, n_tx: int, batch: int
+) -> ChainTimings:
+    """Seal ``n_tx`` signed transactions into a new chain at ``path`` in blocks of ``batch``, reopen it."""
+    envelopes = workload(n_tx, sls, sn)
+    verify_s = _verify_only(envelopes, verifier)
+    ledger = Ledger.create(path, sealer=sn, sealer_uid=sn.uid, verifier=verifier, now=time.time())
+    started = time.perf_counter()
+    accepted = _seal_all(ledger, envelopes, batch, sn)
+    seal_s = time.perf_counter() - started
+    height = ledger.height
+    ledger.close()
+    assert accepted == len(envelopes), f"only {accepted} of {len(envelopes)} accepted"
+    started = time.perf_counter()
+    with Ledger.open(path, verifier=verifier) as reopened:
+        open_s = time.perf_counter() - started
+        assert reopened.height == height
+    return ChainTimings(len(envelopes), height + 1, verify_s, seal_s, open_s, path.stat().st_size / 2**20)
+
+
 def measure(n_tx: int = 100_000, batch: int = 200) -> dict[str, Any]:
     """Seal ``n_tx`` signed transactions in blocks of ``batch``, then reopen the chain."""
     with tempfile.TemporaryDirectory() as tmp, _keys(Path(tmp)) as (keys, issue, verifier):
-        folder = Path(tmp)
         sn = issue("sn-1", "sn")
         sls = [issue(f"sl-{i}", "sl") for i in range(1, N_SL + 1)]
-        envelopes = workload(n_tx, sls, sn)
-        baseline = _verify_only(envelopes, verifier)
-        path = folder / "ledger.db"
-        ledger = Ledger.create(path, sealer=sn, sealer_uid=sn.uid, verifier=verifier, now=time.time())
-        started = time.perf_counter()
-        accepted = _seal_all(ledger, envelopes, batch, sn)
-        seal_s = time.perf_counter() - started
-        height = ledger.height
-        ledger.close()
-        assert accepted == len(envelopes), f"only {accepted} of {len(envelopes)} accepted"
-        started = time.perf_counter()
-        with Ledger.open(path, verifier=verifier) as reopened:
-            open_s = time.perf_counter() - started
-            assert reopened.height == height
+        t = seal_and_reopen(Path(tmp) / "ledger.db", sn, sls, verifier, n_tx, batch)
         return {
             "keys": keys,
-            "n_tx": len(envelopes),
+            "n_tx": t.n_tx,
             "batch": batch,
-            "blocks": height + 1,
-            "chain_mib": round(path.stat().st_size / 2**20, 1),
-            "seal_s": round(seal_s, 3),
-            "seal_tx_per_s": round(len(envelopes) / seal_s),
-            "verify_only_tx_per_s": round(len(envelopes) / baseline),
-            "seal_vs_verify_only": round(baseline / seal_s, 3),
-            "open_s": round(open_s, 3),
-            "open_tx_per_s": round(len(envelopes) / open_s),
+            "blocks": t.blocks,
+            "chain_mib": round(t.mib, 1),
+            "seal_s": round(t.seal_s, 3),
+            "seal_tx_per_s": round(t.n_tx / t.seal_s),
+            "verify_only_tx_per_s": round(t.n_tx / t.verify_s),
+            "seal_vs_verify_only": round(t.verify_s / t.seal_s, 3),
+            "open_s": round(t.open_s, 3),
+            "open_tx_per_s": round(t.n_tx / t.open_s),
         }
 
 
