@@ -10,13 +10,8 @@ Run: ``.venv/bin/python bench/swarm.py``.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +19,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, make_row, print_rows
-from daemons.broker import free_port
+from bench.processes import Processes
+from bench.swarm_setup import start_sl, start_sn
 
 NODES = 4
 PER_NODE = 8192
 EPOCHS = 2
 SYNC_FREQUENCY = 128
-MODEL_DIR = ROOT / "examples" / "mnist-pyt" / "model"
+PROGRAM = ROOT / "examples" / "mnist-pyt" / "model" / "mnist_pyt.py"
 
 
 def node_data(seed: int, count: int = PER_NODE) -> dict[str, np.ndarray]:
@@ -52,64 +48,26 @@ def node_data(seed: int, count: int = PER_NODE) -> dict[str, np.ndarray]:
     }
 
 
-def _start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})  # fmt: skip
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _wait_ready(log: Path, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while "Starting SWARM-API-SERVER" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the SN did not start:\n{log.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.1)
-
-
 def run_example(work: Path) -> list[dict[str, Any]]:
     """Train the example on 4 standalone SLs; returns each node's result.json."""
-    swarm = str(Path(sys.executable).parent / "swarm")
-    port = free_port()
-    sn = _start([swarm, "sn", "--sentinel", "--data-dir", str(work / "sn"), "--sn-api-port", str(port)],
-                work / "sn.log")  # fmt: skip
-    procs = [sn]
-    try:
-        _wait_ready(work / "sn.log", sn)
-        for i in range(1, NODES + 1):
-            node = work / f"node{i}"
-            shutil.copytree(MODEL_DIR, node / "model")
-            (node / "data").mkdir()
+    env = {"DATA_DIR": "data", "SCRATCH_DIR": "scratch", "MAX_EPOCHS": EPOCHS,
+           "MIN_PEERS": NODES, "SYNC_FREQUENCY": SYNC_FREQUENCY, "SEED": 0}  # fmt: skip
+    uids = [f"sl-{i}" for i in range(1, NODES + 1)]
+    with Processes(work / "logs") as procs:
+        port = start_sn(procs, work / "sn")
+        for i, uid in enumerate(uids, start=1):
             data = node_data(i)
+            (work / uid / "data").mkdir(parents=True)
             np.savez(
-                node / "data" / "mnist.npz",
+                work / uid / "data" / "mnist.npz",
                 x_train=data["x_train"], y_train=data["y_train"],
                 x_test=data["x_test"], y_test=data["y_test"],
             )  # fmt: skip
-            env = {"DATA_DIR": "data", "SCRATCH_DIR": "scratch", "MAX_EPOCHS": str(EPOCHS),
-                   "MIN_PEERS": str(NODES), "SYNC_FREQUENCY": str(SYNC_FREQUENCY), "SEED": "0"}  # fmt: skip
-            argv = [swarm, "sl", "--name", f"sl-{i}", "--sn-api-port", str(port), "--ml-w", str(node),
-                    "--ml-cmd", "model/mnist_pyt.py", "--run-dir", str(node / "run")]  # fmt: skip
-            argv += [arg for key, value in env.items() for arg in ("--ml-e", f"{key}={value}")]
-            procs.append(_start(argv, node / "sl.out"))
-        for proc in procs[1:]:
-            if proc.wait(900) != 0:
-                raise RuntimeError(f"an SL failed; see {work}/node*/sl.out")
-        return [
-            json.loads((work / f"node{i}" / "scratch" / "result.json").read_text())
-            for i in range(1, NODES + 1)
-        ]
-    finally:
-        for proc in reversed(procs):
-            _stop(proc)
+            start_sl(procs, port, uid, program=PROGRAM, work=work, env=env)
+        for uid in uids:
+            if procs.started[uid].wait(900) != 0:
+                raise RuntimeError(f"{uid} failed:\n{procs.output(uid)[-2000:]}")
+    return [json.loads((work / uid / "scratch" / "result.json").read_text()) for uid in uids]
 
 
 def overhead_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
