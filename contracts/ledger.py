@@ -52,7 +52,8 @@ class Accepted:
 class SealResult:
     """The outcome of ``seal``: one result per envelope, in order, and what changed.
 
-    ``height`` and ``block_hash`` are None when no envelope was accepted (no block was written).
+    ``height``, ``block_hash`` and ``raw`` (the stored block) are None when no envelope was accepted (no
+    block was written).
     """
 
     height: int | None
@@ -60,6 +61,7 @@ class SealResult:
     time: float
     results: tuple[Accepted | Rejection, ...]
     changes: tuple[Change, ...]
+    raw: bytes | None = None
 
     @property
     def accepted(self) -> int:
@@ -255,7 +257,7 @@ class Ledger:
         block = make_block(height, self.head_hash, time, sealer_uid, accepted, sealer)
         self._store.append(block)
         self._state = state
-        return SealResult(height, block.hash, time, results, tuple(changed_entities(old, state)))
+        return SealResult(height, block.hash, time, results, tuple(changed_entities(old, state)), block.raw)
 
     def _evaluate(
         self, envelopes: Sequence[bytes], height: int, time: float

@@ -92,9 +92,8 @@ class Sealer:
         assert result.height is not None  # noqa: S101 - only called for a sealed block
         topics, uid = self.bus.topics, self.bus.uid
         try:
-            with self._lock:
-                raw = self.ledger.raw_blocks(result.height, result.height + 1)[0]
-            await self.bus.send(topics.event(uid, "block"), "block", {"height": result.height, "raw": raw})
+            block = {"height": result.height, "raw": result.raw}
+            await self.bus.send(topics.event(uid, "block"), "block", block)
             state = self.ledger.state
             for kind, key in result.changes:
                 view = entity_view(state, kind, key)
