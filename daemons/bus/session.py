@@ -287,15 +287,11 @@ class Bus:
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
-        if self._last_error and "timed out" in str(exc).lower():
-            exc_text = self._last_error  # paho logged the real reason before aiomqtt timed out
-            self._last_error = exc_text
-            if self._ever_connected:
-                log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.config.broker, exc_text)
-            return
-        self._last_error = _describe(exc)
-        if not self._ever_connected and _is_fatal(exc):
-            self._failed.set()
+        # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error).
+        if not (self._last_error and "timed out" in str(exc).lower()):
+            self._last_error = _describe(exc)
+            if not self._ever_connected and _is_fatal(exc):
+                self._failed.set()
         if self._ever_connected:
             log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.config.broker, self._last_error)
 

@@ -309,12 +309,11 @@ class RoundEngine:
         weights = [float(checkins[participants[i]].get("weight") or 0.0) for i in keep]
         if sum(weights) <= 0:
             weights = [1.0] * len(keep)
-        layout = [s.as_list() for s in own.specs]
-        specs_tuple = [(s[0], s[1], tuple(s[2]), s[3], s[4]) for s in layout]
+        layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
         matrix = rows[keep] if len(keep) < len(participants) else rows
         try:
             buffer = await asyncio.to_thread(
-                merge_flat, matrix, specs_tuple, weights, self.merge_method, options=self.merge_options
+                merge_flat, matrix, layout, weights, self.merge_method, options=self.merge_options
             )
         except MergeError as exc:
             raise BusError(f"merge failed: {exc}") from None
