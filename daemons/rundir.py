@@ -9,13 +9,12 @@ model program, say), while writes into subdirectories reach the source (the node
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["Mount", "RunDir", "build_run_dir", "parse_mount"]
+__all__ = ["Mount", "RunDir", "build_run_dir", "parse_mount", "remove_run_dir"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +97,3 @@ def remove_run_dir(run_dir: Path) -> None:
     if run_dir.exists():
         shutil.rmtree(run_dir)
 
-
-def is_inside(path: Path, parent: Path) -> bool:
-    """Whether ``path`` is ``parent`` or below it (without resolving symlinks)."""
-    try:
-        Path(os.path.abspath(path)).relative_to(os.path.abspath(parent))
-    except ValueError:
-        return False
-    return True

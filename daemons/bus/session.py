@@ -333,11 +333,6 @@ class Bus:
         """Set ``event`` after every reconnect (messages published meanwhile were not delivered)."""
         self._reconnect_events.append(event)
 
-    async def set_presence(self, **fields: Any) -> None:
-        """Update the fields of this session's retained presence and republish it."""
-        self._presence = {**(self._presence or {}), **fields}
-        await self.publish(self.topics.presence(self.uid), self._presence_payload("online"), retain=True)
-
     # ---------------------------------------------------------------- publish
     async def _wait_connected(self, timeout: float) -> aiomqtt.Client:
         try:
