@@ -96,4 +96,3 @@ def remove_run_dir(run_dir: Path) -> None:
     """Delete a run directory without following its symlinks into the sources."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
-
