@@ -23,7 +23,7 @@ from bench.common import MB, ROOT, best_of, loopback_tcp_rate, machine, make_row
 from daemons.broker import BrokerSettings, ManagedBroker
 from daemons.bus import Bus, BusConfig, RemoteError
 from daemons.bus.transfer import fetch_state
-from daemons.codec.tensors import FlatState, Reassembler, iter_chunks, make_manifest
+from wire.tensors import FlatState, Reassembler, iter_chunks, make_manifest
 
 STATE_MB = 50
 NETWORK = "bench"
@@ -46,7 +46,7 @@ HOLDER = textwrap.dedent(
     from daemons.bus import Bus, BusConfig
     from daemons.bus.config import BrokerAddress
     from daemons.bus.transfer import StateHolder
-    from daemons.codec.tensors import FlatState
+    from wire.tensors import FlatState
 
     async def main():
         cfg = BusConfig(BrokerAddress("127.0.0.1", {port}), "holder", "sl", network={network!r})

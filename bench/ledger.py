@@ -41,7 +41,7 @@ from certs import Signer, Verifier, init_swarm
 from contracts.ledger import Ledger
 from contracts.machine import DEFAULT_CONTRACT
 from daemons.broker import free_port
-from daemons.codec import SignerLike
+from wire import SignerLike
 
 N_TX = 100_000
 BATCH = 200
@@ -157,7 +157,7 @@ async def _client(port: int, pki: Path, uid: str, count: int, in_flight: int) ->
     from daemons.bus import Bus, BusConfig
     from daemons.bus.config import BrokerAddress
     from daemons.identity import Identity
-    from daemons.sn.client import LedgerClient, Rejected
+    from daemons.ledger_client import LedgerClient, Rejected
 
     ident = Identity.load(pki / f"{uid}-cert.pem", pki / f"{uid}-key.pem", pki / "ca" / "capath")
     config = BusConfig(BrokerAddress("127.0.0.1", port, tls=True), uid, "sl", tls=ident.tls())

@@ -25,7 +25,7 @@ from bench.common import make_row
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT
 from contracts.rounds import leader_order
-from daemons.codec.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
+from wire.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
 
 C = DEFAULT_CONTRACT
 N_SL = 8

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from daemons.codec.tensors import FlatState
 from swarmlearning.client.swarm import SwarmCallbackBase
+from wire.tensors import FlatState
 
 __all__ = ["NumpyCallback", "make_model"]
 

@@ -17,7 +17,7 @@ from bench.processes import Processes
 from daemons.broker import free_port
 from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
-from daemons.sn.client import LedgerClient
+from daemons.ledger_client import LedgerClient
 from taskdefs import body_lines, load_task_definition
 
 __all__ = [

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 )
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from daemons.codec import CodecError, check_uid
+from wire import CodecError, check_uid
 
 __all__ = [
     "CA_CERT_NAME",

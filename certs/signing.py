@@ -1,6 +1,6 @@
 """Signing and verifying messages: ECDSA P-256/SHA-256 (RSA PKCS#1 v1.5 too) against the swarm CA.
 
-``Signer`` and ``Verifier`` implement ``daemons.codec.SignerLike`` / ``VerifierLike``. The verifier
+``Signer`` and ``Verifier`` implement ``wire.SignerLike`` / ``VerifierLike``. The verifier
 checks a certificate once (issued by one of the CAs, has CN and OU), caches it by the SHA-256 of its
 DER bytes, and re-checks the validity period, the claimed uid and the signature on every use.
 """
@@ -34,7 +34,7 @@ from certs.pki import (
     load_certificate,
     load_private_key,
 )
-from daemons.codec.errors import SignatureError
+from wire.errors import SignatureError
 
 __all__ = ["DEFAULT_CACHE_SIZE", "Signer", "Verifier"]
 

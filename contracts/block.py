@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import msgpack
 
-from daemons.codec.envelope import SignerLike, VerifierLike
-from daemons.codec.errors import CodecError
-from daemons.codec.limits import packb
+from wire.envelope import SignerLike, VerifierLike
+from wire.errors import CodecError
+from wire.limits import packb
 
 __all__ = [
     "BLOCK_VERSION",

@@ -16,8 +16,8 @@ from pathlib import Path
 import msgpack
 
 from contracts.block import GENESIS_PREV, Block, BlockError, decode_block, tx_hash, verify_signature
-from daemons.codec.envelope import VerifierLike
-from daemons.codec.limits import packb
+from wire.envelope import VerifierLike
+from wire.limits import packb
 
 __all__ = ["BlockStore", "ChainError", "LedgerError"]
 

@@ -2,7 +2,7 @@
 
 A ``DevAuthority`` plays the swarm CA: it issues ``DevSigner``s whose "certificate" is
 ``msgpack([MAGIC, uid, role, public_key, ca_signature])`` and gives the ``DevVerifier`` that checks them.
-Both satisfy ``daemons.codec.SignerLike`` / ``VerifierLike``. Keys derive from a seed, so runs repeat.
+Both satisfy ``wire.SignerLike`` / ``VerifierLike``. Keys derive from a seed, so runs repeat.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from daemons.codec.errors import SignatureError
-from daemons.codec.limits import packb, unpackb
+from wire.errors import SignatureError
+from wire.limits import packb, unpackb
 
 __all__ = ["DevAuthority", "DevSigner", "DevVerifier"]
 

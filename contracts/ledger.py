@@ -28,8 +28,8 @@ from contracts.machine import apply, changed_entities, genesis_transactions, rec
 from contracts.state import EMPTY_STATE, State
 from contracts.tasks import BodyValidator, taskdefs_validator
 from contracts.tx import TX_PREFIX, Rejection, Tx, tx_from_envelope, tx_from_wire
-from daemons.codec.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
-from daemons.codec.errors import CodecError
+from wire.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
+from wire.errors import CodecError
 
 __all__ = ["Accepted", "Ledger", "SealResult"]
 

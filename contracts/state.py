@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from daemons.codec.limits import packb
+from wire.limits import packb
 
 __all__ = [
     "ACTIVE",

@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 
 from contracts import fields as f
-from daemons.codec.envelope import Envelope
+from wire.envelope import Envelope
 
 __all__ = [
     "ADMIN_ROLES",

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from daemons.codec.frames import layout_from_wire, layout_to_wire
-from daemons.codec.limits import packb, unpackb
-from daemons.codec.tensors import FlatState, TensorSpec, layout_of
 from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError
+from wire.frames import layout_from_wire, layout_to_wire
+from wire.limits import packb, unpackb
+from wire.tensors import FlatState, TensorSpec, layout_of
 
 __all__ = ["SwarmCallback", "torch_dtype_label"]
 

@@ -19,7 +19,7 @@ from typing import Any
 from daemons.bus import Bus, BusConfig, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.identity import Identity
-from daemons.sn.client import LedgerClient, Watch, find_sn
+from daemons.ledger_client import LedgerClient, Watch, find_sn
 
 __all__ = ["Endpoint", "LedgerLink", "probe_sn", "swci_uid"]
 

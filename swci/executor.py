@@ -23,7 +23,7 @@ from rich.console import Console
 from daemons.bus import BusError, RemoteError, RequestTimeout
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.identity import Identity
-from daemons.sn.client import Rejected
+from daemons.ledger_client import Rejected
 from swci.argtypes import ArgKind
 from swci.commands import Command, WaitForIp, WaitForService
 from swci.connection import Endpoint, LedgerLink, swci_uid

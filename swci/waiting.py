@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from daemons.bus import BusError
-from daemons.sn.client import Watch
+from daemons.ledger_client import Watch
 from swci.connection import Endpoint, LedgerLink, probe_sn
 from swci.output import Result
 from swci.progress import AttemptDisplay, TaskrunnerProgress, elapsed

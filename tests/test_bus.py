@@ -24,9 +24,9 @@ from daemons.bus import (
 )
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
-from daemons.codec import encode_envelope, make_envelope
-from daemons.codec.tensors import FlatState
 from tests.conftest import MakeBus, bus_factory, eventually
+from wire import encode_envelope, make_envelope
+from wire.tensors import FlatState
 
 
 async def echo(request: Request) -> object:

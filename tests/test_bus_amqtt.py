@@ -10,9 +10,9 @@ import pytest
 
 from daemons.broker import BrokerSettings, ManagedBroker
 from daemons.bus.transfer import StateHolder, fetch_state
-from daemons.codec.tensors import FlatState
 from tests.conftest import MakeBus, bus_factory
 from tests.test_bus import echo
+from wire.tensors import FlatState
 
 pytestmark = pytest.mark.amqtt
 

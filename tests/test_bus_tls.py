@@ -14,8 +14,8 @@ from certs import Signer, Verifier, client_context, init_swarm
 from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.broker.mosquitto import find_mosquitto
 from daemons.bus import Bus, BusConfig, BusConnectError, Request
-from daemons.codec import encode_envelope, make_envelope
 from tests.conftest import eventually
+from wire import encode_envelope, make_envelope
 
 
 @dataclass

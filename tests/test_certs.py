@@ -35,7 +35,7 @@ from certs import (
 )
 from certs.cli import add_parser, run
 from certs.pki import format_time, load_ca, subject_hash
-from daemons.codec import (
+from wire import (
     SignatureError,
     SignerLike,
     VerifierLike,

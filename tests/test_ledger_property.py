@@ -19,7 +19,7 @@ from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT, DEFAULT_TASKRUNNER, apply, due_actions, genesis_transactions
 from contracts.state import EMPTY_STATE, State, state_hash
 from contracts.tx import KINDS, Rejection, Tx
-from daemons.codec.envelope import encode_envelope, make_envelope
+from wire.envelope import encode_envelope, make_envelope
 
 C = DEFAULT_CONTRACT
 TR = DEFAULT_TASKRUNNER

@@ -14,7 +14,7 @@ from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT
 from contracts.state import state_hash
 from contracts.tx import Rejection
-from daemons.codec.envelope import Envelope, decode_envelope, encode_envelope, make_envelope
+from wire.envelope import Envelope, decode_envelope, encode_envelope, make_envelope
 
 C = DEFAULT_CONTRACT
 CA = DevAuthority("test-ledger-store")

@@ -31,10 +31,10 @@ from contracts.ledger import Ledger
 from daemons.broker import ManagedBroker, free_port
 from daemons.bus import Bus, BusConfig, BusError
 from daemons.bus.config import BrokerAddress
-from daemons.codec import decode_envelope
 from daemons.identity import Identity
-from daemons.sn.client import LedgerClient
+from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN, start_sn
+from wire import decode_envelope
 
 pytestmark = pytest.mark.slow
 

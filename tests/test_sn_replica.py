@@ -23,10 +23,10 @@ from certs import Verifier, init_swarm
 from contracts.ledger import Ledger
 from daemons.bus import Bus, BusConfig, RemoteError
 from daemons.bus.config import BrokerAddress
-from daemons.codec import encode_envelope, make_envelope
 from daemons.identity import Identity
-from daemons.sn.client import LedgerClient, Rejected
+from daemons.ledger_client import LedgerClient, Rejected
 from tests.conftest import RunningSN, start_sn
+from wire import encode_envelope, make_envelope
 
 pytestmark = pytest.mark.slow
 

@@ -20,11 +20,11 @@ from certs import client_context, init_swarm
 from contracts.machine import DEFAULT_CONTRACT
 from daemons.bus import Bus, BusConfig, BusConnectError, RemoteError
 from daemons.bus.config import BrokerAddress
-from daemons.codec import encode_envelope, make_envelope
-from daemons.codec.envelope import Envelope
 from daemons.identity import Identity
-from daemons.sn.client import LedgerClient, Rejected
+from daemons.ledger_client import LedgerClient, Rejected
 from tests.conftest import RunningSN, start_sn
+from wire import encode_envelope, make_envelope
+from wire.envelope import Envelope
 
 pytestmark = pytest.mark.slow
 

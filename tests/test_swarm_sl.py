@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemons.bus import Bus, BusConfig
-from daemons.sn.client import LedgerClient
+from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN
 from tests.swarm_helpers import start_sl
 

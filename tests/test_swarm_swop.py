@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from daemons.bus import Bus, BusConfig
-from daemons.sn.client import LedgerClient
+from daemons.ledger_client import LedgerClient
 from taskdefs import body_lines, load_task_definition
 from tests.conftest import RunningSN
 from tests.swarm_helpers import start_swop, write_swarm_setup

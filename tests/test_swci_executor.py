@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 
 from daemons.bus import Bus, BusConfig
-from daemons.sn.client import LedgerClient
+from daemons.ledger_client import LedgerClient
 from swci import commands
 from swci.argtypes import ArgKind
 from swci.commands import WaitForIp, WaitForService

@@ -12,14 +12,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from daemons.aio import raise_if_cancelling
+from daemons.bus.endpoint import Endpoint, Message
 from daemons.bus.errors import BusError, RemoteError, RequestTimeout
-from daemons.codec import CodecError, Envelope
-
-if TYPE_CHECKING:
-    from daemons.bus.session import Bus, Message
+from wire import CodecError, Envelope
 
 __all__ = ["Handler", "Request", "RpcClient", "RpcError", "RpcServer"]
 
@@ -54,7 +52,7 @@ Handler = Callable[[Request], Awaitable[Any]]
 class RpcClient:
     """Sends requests and matches replies to them by ``corr``."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Endpoint) -> None:
         self._bus = bus
         self._pending: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
         self._sub = bus.add_subscription(bus.topics.replies_to(bus.uid))
@@ -144,7 +142,7 @@ class RpcClient:
 class RpcServer:
     """Answers requests addressed to the bus's uid with one handler."""
 
-    def __init__(self, bus: Bus, handler: Handler, *, concurrency: int) -> None:
+    def __init__(self, bus: Endpoint, handler: Handler, *, concurrency: int) -> None:
         self._bus = bus
         self._handler = handler
         self._sem = asyncio.Semaphore(concurrency)

@@ -15,7 +15,6 @@ import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 import aiomqtt
@@ -23,10 +22,11 @@ import aiomqtt
 from daemons.aio import raise_if_cancelling
 from daemons.bus import paho_fixes
 from daemons.bus.config import BusConfig
+from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
 from daemons.bus.topics import Topics, sender_of, topic_matches
-from daemons.codec import (
+from wire import (
     CodecError,
     Envelope,
     SignerLike,
@@ -40,43 +40,6 @@ __all__ = ["Bus", "Message", "Subscription"]
 
 log = logging.getLogger("swarm.bus")
 paho_fixes.apply()
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One message received on a subscription."""
-
-    topic: str
-    payload: bytes
-    retain: bool = False
-
-
-class Subscription:
-    """A bounded queue of the messages matching one topic filter."""
-
-    def __init__(self, topic_filter: str, maxsize: int) -> None:
-        self.filter = topic_filter
-        self.dropped = 0
-        self._queue: asyncio.Queue[Message] = asyncio.Queue(maxsize)
-
-    def offer(self, message: Message) -> None:
-        """Queue a message; when the queue is full, drop it and log (never block the reader)."""
-        try:
-            self._queue.put_nowait(message)
-        except asyncio.QueueFull:
-            self.dropped += 1
-            log.warning("subscription %s is full: dropped a message on %s", self.filter, message.topic)
-
-    async def get(self) -> Message:
-        """The next message."""
-        return await self._queue.get()
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Message]:
-        while True:
-            yield await self._queue.get()
 
 
 class _PahoErrors(logging.Handler):

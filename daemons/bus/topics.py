@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemons.codec.envelope import check_uid
+from wire.envelope import check_uid
 
 __all__ = ["PREFIX", "Topics", "sender_of", "topic_matches"]
 

@@ -19,8 +19,8 @@ import numpy as np
 from daemons.bus.errors import BusError
 from daemons.bus.rpc import Request, RpcError
 from daemons.bus.session import Bus, Message, Subscription
-from daemons.codec import CodecError
-from daemons.codec.tensors import (
+from wire import CodecError
+from wire.tensors import (
     MAX_STATE_BYTES,
     FlatState,
     Manifest,

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from daemons.codec import CodecError
-from daemons.codec.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
-from daemons.codec.tensors import FlatState
+from wire import CodecError
+from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from wire.tensors import FlatState
 
 __all__ = ["LocalServer"]
 

@@ -38,7 +38,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from daemons.codec.tensors import DTYPES
+from wire.tensors import DTYPES
 
 __all__ = [
     "DTYPE_LABELS",

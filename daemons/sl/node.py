@@ -21,15 +21,15 @@ from typing import Any
 from daemons.bus import Bus, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
-from daemons.codec import CodecError
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
+from daemons.ledger_client import LedgerClient
 from daemons.processes import install_stop_signals
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
 from daemons.sl.session import MLSession, SessionSettings
-from daemons.sn.client import LedgerClient
+from wire import CodecError
 
 __all__ = ["SLNode", "SLOptions"]
 

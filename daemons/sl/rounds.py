@@ -20,9 +20,9 @@ import numpy as np
 
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
-from daemons.codec.tensors import FlatState, TensorSpec
+from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
-from daemons.sn.client import LedgerClient, Rejected, Watch
+from wire.tensors import FlatState, TensorSpec
 
 __all__ = ["RoundEngine", "RoundResult"]
 

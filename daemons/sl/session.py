@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from daemons.bus import BusError
-from daemons.codec import CodecError
-from daemons.codec.frames import layout_from_wire
-from daemons.codec.tensors import FlatState
+from daemons.ledger_client import LedgerClient, Rejected
 from daemons.sl.merge import MERGE_METHODS, MergeOptions
 from daemons.sl.rounds import RoundEngine, RoundResult
-from daemons.sn.client import LedgerClient, Rejected
+from wire import CodecError
+from wire.frames import layout_from_wire
+from wire.tensors import FlatState
 
 __all__ = ["MLSession", "SessionSettings"]
 

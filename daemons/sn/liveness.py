@@ -14,7 +14,7 @@ from contracts.ledger import Accepted, Ledger
 from contracts.tx import Rejection
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
-from daemons.codec import CodecError
+from wire import CodecError
 
 __all__ = ["Liveness"]
 

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +26,15 @@ from daemons.aio import raise_if_cancelling
 from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.bus import BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
-from daemons.codec import decode_envelope
-from daemons.codec.errors import CodecError
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
 from daemons.processes import install_stop_signals
+from daemons.sn.chain import LocalChain
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
 from daemons.sn.sealer import Sealer
+from wire import decode_envelope
+from wire.errors import CodecError
 
 __all__ = ["SNNode", "SNOptions", "VERSION"]
 
@@ -67,25 +67,30 @@ class SNNode:
 
     def __init__(self, options: SNOptions) -> None:
         self.options = options
-        self.ledger: Ledger | None = None
+        ident = options.identity
+        self.chain = LocalChain(options.data_dir / "ledger.db", ident.verifier() if ident else None)
         self.broker: ManagedBroker | None = None
         self.sealer: Sealer | None = None
         self.replica: Replica | None = None
         self.started = time.time()
-        self.lock = threading.Lock()
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
 
     # ------------------------------------------------------------------ setup
     @property
+    def ledger(self) -> Ledger | None:
+        """The local chain, once opened."""
+        return self.chain.ledger
+
+    @property
     def ledger_path(self) -> Path:
         """Where the chain is stored."""
-        return self.options.data_dir / "ledger.db"
+        return self.chain.path
 
     def _open_ledger(self) -> Ledger | None:
         """Open the chain (verifying it), or create genesis as the sentinel; None for a new replica."""
         ident = self.options.identity
-        verifier = ident.verifier() if ident else None
+        verifier = self.chain.verifier
         self.options.data_dir.mkdir(parents=True, exist_ok=True)
         if self.ledger_path.exists():
             ledger = Ledger.open(self.ledger_path, verifier=verifier)
@@ -115,7 +120,7 @@ class SNNode:
     async def run(self) -> None:
         """Run until SIGTERM/SIGINT or ``stop()``."""
         try:
-            self.ledger = await asyncio.to_thread(self._open_ledger)
+            self.chain.ledger = await asyncio.to_thread(self._open_ledger)
             address = await asyncio.to_thread(self._start_broker)
         except (ChainError, BrokerError) as exc:
             raise SystemExit(f"swarm sn: {exc}") from None
@@ -142,17 +147,18 @@ class SNNode:
         }
         signer = ident.signer() if ident else None
         async with open_bus(ident, address, opts.uid, "sn", network=opts.network, presence=presence) as bus:
-            if self.ledger is None or not opts.sentinel:
-                self.replica = Replica(bus, self, opts.sentinel_uid)
-                self.ledger = await self.replica.start(self.ledger)
-            self.sealer = Sealer(self.ledger, bus, signer, self.lock) if opts.sentinel else None
+            ledger = self.chain.ledger
+            if ledger is None or not opts.sentinel:
+                self.replica = Replica(bus, self.chain, opts.sentinel_uid)
+                ledger = self.chain.ledger = await self.replica.start(ledger)
+            self.sealer = Sealer(ledger, bus, signer, self.chain.lock) if opts.sentinel else None
             bus.serve(self.handle)
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._supervise_broker(), name="sn.broker")]
                 if self.sealer is not None:
                     tasks.append(group.create_task(self.sealer.run(), name="sn.sealer"))
                     tasks.append(group.create_task(self._timers(), name="sn.timers"))
-                    liveness = Liveness(bus, self.ledger, self.sealer.submit_own, grace=opts.liveness_grace)
+                    liveness = Liveness(bus, ledger, self.sealer.submit_own, grace=opts.liveness_grace)
                     tasks.append(group.create_task(liveness.run(), name="sn.liveness"))
                     await self.sealer.submit_own("node.register", self._registration(address))
                 else:
@@ -288,6 +294,6 @@ class SNNode:
         start = body.get("start")
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= _MAX_HEIGHT:
             raise RpcError("bad-request", f"blocks needs 'start': a height from 0 to {_MAX_HEIGHT}")
-        with self.lock:
+        with self.chain.lock:
             raw = self.ledger.raw_blocks(start, start + _MAX_BLOCKS_PER_REPLY)
         return {"blocks": raw, "head": self.ledger.height}

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
 from contracts.ledger import Ledger
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError, RpcError
-from daemons.codec import CodecError
-from daemons.sn.client import find_sn
-
-if TYPE_CHECKING:
-    from daemons.sn.node import SNNode
+from daemons.ledger_client import find_sn
+from daemons.sn.chain import LocalChain
+from wire import CodecError
 
 __all__ = ["Replica"]
 
@@ -29,9 +27,9 @@ log = logging.getLogger("swarm.sn.replica")
 class Replica:
     """Follows the sentinel's chain."""
 
-    def __init__(self, bus: Bus, node: SNNode, sentinel_uid: str | None) -> None:
+    def __init__(self, bus: Bus, chain: LocalChain, sentinel_uid: str | None) -> None:
         self._bus = bus
-        self._node = node
+        self._chain = chain
         self._sentinel_uid = sentinel_uid
         self.sentinel = ""
         self._advanced = asyncio.Condition()
@@ -42,8 +40,8 @@ class Replica:
     @property
     def ledger(self) -> Ledger:
         """The local copy of the chain."""
-        assert self._node.ledger is not None  # noqa: S101 - set by start()
-        return self._node.ledger
+        assert self._chain.ledger is not None  # noqa: S101 - set by start()
+        return self._chain.ledger
 
     async def start(self, ledger: Ledger | None) -> Ledger:
         """Find the sentinel and make sure a local chain (at least its genesis) exists."""
@@ -54,12 +52,9 @@ class Replica:
             return ledger
         reply = await self._bus.request(self.sentinel, "blocks", {"start": 0}, timeout=30)
         genesis = reply["blocks"][0]
-        ident = self._node.options.identity
-        verifier = ident.verifier() if ident else None
-        ledger = await asyncio.to_thread(
-            Ledger.from_genesis, self._node.ledger_path, genesis, verifier=verifier
-        )
-        log.info("replicating the ledger of %s into %s", self.sentinel, self._node.ledger_path)
+        chain = self._chain
+        ledger = await asyncio.to_thread(Ledger.from_genesis, chain.path, genesis, verifier=chain.verifier)
+        log.info("replicating the ledger of %s into %s", self.sentinel, chain.path)
         return ledger
 
     async def follow(self) -> None:
@@ -123,7 +118,7 @@ class Replica:
             return False
 
     def _append_locked(self, raw: bytes) -> None:
-        with self._node.lock:
+        with self._chain.lock:
             self.ledger.append_block(raw)
 
     async def forward(self, raw: bytes) -> dict[str, Any]:

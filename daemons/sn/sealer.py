@@ -19,7 +19,7 @@ from contracts.tx import Rejection
 from contracts.views import entity_view
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
-from daemons.codec import SignerLike, encode_envelope, make_envelope
+from wire import SignerLike, encode_envelope, make_envelope
 
 __all__ = ["Sealer"]
 

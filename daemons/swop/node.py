@@ -24,9 +24,9 @@ from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
+from daemons.ledger_client import LedgerClient, Rejected
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
-from daemons.sn.client import LedgerClient, Rejected
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.slpeers import SLPeer, peer_spec
 from taskdefs import RunSwarmBody, SwopProfile, TaskDefError, parse_task_body

@@ -42,7 +42,7 @@ from sklearn.datasets import load_digits  # noqa: E402
 from daemons.broker import free_port  # noqa: E402
 from daemons.bus import Bus, BusConfig, BusError  # noqa: E402
 from daemons.bus.config import BrokerAddress  # noqa: E402
-from daemons.sn.client import LedgerClient  # noqa: E402
+from daemons.ledger_client import LedgerClient  # noqa: E402
 
 NODES = 4
 CONTRACT = "defaultbb.cqdb.sml.hpe"

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from daemons.codec.errors import CodecError
-from daemons.codec.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from wire.errors import CodecError
+from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 
 __all__ = ["LinkError", "SLLink"]
 

@@ -15,9 +15,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from daemons.codec.frames import layout_from_wire, layout_to_wire
-from daemons.codec.tensors import FlatState
 from swarmlearning.client.link import LinkError, SLLink
+from wire.frames import layout_from_wire, layout_to_wire
+from wire.tensors import FlatState
 
 __all__ = [
     "CHECKIN_MODES",

@@ -15,7 +15,7 @@ from typing import Any
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError
 from daemons.bus.session import Subscription
-from daemons.codec import CodecError, encode_envelope, make_envelope
+from wire import CodecError, encode_envelope, make_envelope
 
 __all__ = ["Event", "LedgerClient", "Rejected", "Watch", "find_sn"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from daemons.codec.errors import CodecError
-from daemons.codec.limits import packb, unpackb
+from wire.errors import CodecError
+from wire.limits import packb, unpackb
 
 __all__ = [
     "ALIGN",

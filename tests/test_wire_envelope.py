@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemons.codec import (
+from wire import (
     CodecError,
     SignatureError,
     decode_envelope,

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgpack
 
-from daemons.codec.errors import CodecError
+from wire.errors import CodecError
 
 __all__ = ["MAX_DEPTH", "MAX_MESSAGE_BYTES", "check_plain", "packb", "unpackb"]
 

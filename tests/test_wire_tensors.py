@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemons.codec import CodecError
-from daemons.codec.tensors import (
+from wire import CodecError
+from wire.tensors import (
     ALIGN,
     FlatState,
     Reassembler,

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from daemons.codec.errors import CodecError, SignatureError
-from daemons.codec.limits import MAX_MESSAGE_BYTES, packb, unpackb
+from wire.errors import CodecError, SignatureError
+from wire.limits import MAX_MESSAGE_BYTES, packb, unpackb
 
 __all__ = [
     "ENVELOPE_VERSION",

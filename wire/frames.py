@@ -9,9 +9,9 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from daemons.codec.errors import CodecError
-from daemons.codec.limits import packb, unpackb
-from daemons.codec.tensors import MAX_STATE_BYTES, TensorSpec, check_layout, spec_from_wire
+from wire.errors import CodecError
+from wire.limits import packb, unpackb
+from wire.tensors import MAX_STATE_BYTES, TensorSpec, check_layout, spec_from_wire
 
 __all__ = [
     "HEADER_PREFIX",
