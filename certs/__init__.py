@@ -1,4 +1,7 @@
-"""PKI for the swarm: CA and node identities, TLS contexts, message signing and verifying."""
+"""PKI for the swarm: CA and node identities, TLS contexts, message signing and verifying.
+
+It may import ``wire`` (for the signer/verifier protocols and codec errors), nothing else of the project.
+"""
 
 from certs.pki import (
     DEFAULT_SANS,

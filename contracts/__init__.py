@@ -3,6 +3,8 @@
 ``machine.apply(state, tx)`` gives the next state or a ``Rejection``; ``Ledger`` seals envelopes into
 blocks in SQLite, verifies the chain when opened and replays it; ``views``/``query`` answer the reads
 of the swci shell.
+
+It may import ``wire`` and ``taskdefs`` (to check task bodies), never an actor: it runs anywhere.
 """
 
 from contracts.blockstore import BlockStore, ChainError, LedgerError

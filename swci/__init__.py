@@ -6,6 +6,9 @@ Text goes through :func:`parse_line` / :func:`parse_script` into typed commands
 :func:`run_repl`, :func:`run_script` and :func:`run_line` are the three ways in.
 Tracebacks go to the ``swci`` logger (silent unless the application configures
 logging); the user sees one red line.
+
+It may import ``wire``, ``certs``, ``taskdefs`` and, of ``daemons``, only the bus, identities and the
+SN client (``daemons.ledger_client``): the shell is a client of the swarm, not an actor in it.
 """
 
 from __future__ import annotations

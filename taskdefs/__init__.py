@@ -4,6 +4,8 @@
 reported as ``file:line:column: path: message`` in one :class:`TaskDefError`. The ledger keeps a
 task body as YAML lines (:func:`body_lines`) and checks them with :func:`validate_task_body`.
 :func:`container_build_plan` says what a Docker build means on a host without Docker.
+
+It imports nothing of the project: the ledger, the SWOP and swci all use it.
 """
 
 from taskdefs.bodies import (

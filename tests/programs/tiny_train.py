@@ -70,3 +70,7 @@ scratch.mkdir(parents=True, exist_ok=True)
 if rank == 0:
     torch.save(state, scratch / "final_model.pt")
 print(f"FINAL_DIGEST {digest}" + (f" rank {rank}" if world > 1 else ""), flush=True)
+if "RANK" in os.environ:
+    # Without this, gloo's threads can outlive the interpreter's teardown: "terminate called without an
+    # active exception" and SIGABRT in a rank that had finished cleanly.
+    torch.distributed.destroy_process_group()
