@@ -1,0 +1,168 @@
+"""A swarm spread over network-namespace hosts: per-host certificates, SWOP profiles, daemons, swci.
+
+Used by the ``multihost`` tests. Every daemon is told the address of its own host (``--host-ip``) and the
+broker's address on the test subnet; nothing talks over 127.0.0.1 between hosts.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from certs.pki import create_ca, issue_identity
+from tests.netns import Host
+from tests.swarm_helpers import PROGRAM
+
+RUNNER = "defaulttaskbb.taskdb.sml.hpe"
+SN_PORT = 30304
+DAEMON = [sys.executable, "-m", "daemons.cli"]
+
+
+@dataclass(frozen=True)
+class Ident:
+    """Certificate, key and CA path of one identity."""
+
+    cert: Path
+    key: Path
+    capath: Path
+
+    def args(self) -> list[str]:
+        return ["--cert", str(self.cert), "--key", str(self.key), "--capath", str(self.capath)]
+
+
+@dataclass
+class Pki:
+    """A swarm CA in ``root`` that issues identities whose SANs name their host's address."""
+
+    root: Path
+    capath: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        ca = create_ca(self.root / "ca")
+        self.capath = ca.capath
+
+    def issue(self, uid: str, role: str, *addresses: str) -> Ident:
+        files = issue_identity(self.root / "ca", uid, role, self.root / "ids", sans=(*addresses, "localhost"))
+        return Ident(files.cert, files.key, self.capath)
+
+
+def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    """Wait until ``log`` has a line matching ``pattern`` (a test helper; the product never polls)."""
+    deadline = time.monotonic() + timeout
+    regex = re.compile(pattern)
+    while True:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found = regex.search(text)
+        if found:
+            return found.group(0)
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no line matching {pattern!r} in {log}:\n{text[-4000:]}")
+        time.sleep(0.1)
+
+
+def start_sn(
+    host: Host, work: Path, ident: Ident | None, *, uid: str = "sn-1", extra: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``swarm sn`` on ``host`` (listening on its address); returns once it serves."""
+    data = work / uid
+    log = data / "sn.out"
+    argv = [*DAEMON, "sn", "--uid", uid, "--data-dir", str(data), "--host-ip", host.address,
+            "--sn-api-port", str(SN_PORT), *(ident.args() if ident else []), *(extra or [])]  # fmt: skip
+    proc = host.popen(argv, log=log)
+    wait_for_line(log, "Starting SWARM-API-SERVER", proc)
+    return proc
+
+
+def write_profile(
+    work: Path, swop: str, sls: list[tuple[str, Ident | None]], envvars: dict[str, object]
+) -> Path:
+    """A SWOP profile for ``swop`` with one slnodedef per SL (its identity, private data dir)."""
+    model = work / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROGRAM, model / PROGRAM.name)
+    lines = [
+        "groupname: test", f"taskrunner: {RUNNER}", "policyuri: ~",
+        "resourcemgr: {mgrtype: DOCKER, accessinfo: {accesstype: FROMENV}}", "network: test-net",
+        "apls: {locator: {host: apls, port: ~}}", "apisrv: {locator: {host: ~, port: ~, service: ~}}",
+        "envvars: [SL_WAIT_FOR_FULL_QUORUM_SECONDS: 2]", "nodes:",
+    ]  # fmt: skip
+    for idx, (uid, ident) in enumerate(sls):
+        data = work / swop / uid
+        (data / "scratch").mkdir(parents=True, exist_ok=True)
+        identity = "[]"
+        if ident is not None:
+            identity = (
+                f"[{{attribute: {{aType: KEY, mType: BIND, src: '{ident.key}', tgt: /k.pem, subPath: null}}}},"
+                f" {{attribute: {{aType: CERT, mType: BIND, src: '{ident.cert}', tgt: /c.pem, subPath: null}}}},"
+                f" {{attribute: {{aType: CAPATH, mType: BIND, src: '{ident.capath}', tgt: /ca, subPath: null}}}}]"
+            )
+        lines += [
+            "  - slnodedef:", f"      idx: {idx}", f"      identity: {identity}", f"      slhostname: {uid}",
+            f"      usrhostname: u{uid}", f"      privatedata: {{src: '{data}', mType: BIND}}",
+            "      slenvvars: null", f"      usrenvvars: [SEED: {idx + 1}]",
+        ]  # fmt: skip
+    path = work / f"{swop}-profile.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    env = ", ".join(f'"{k}": {v}' for k, v in {"SCRATCH_DIR": "scratch", **envvars}.items())
+    (work / "run_tiny.yaml").write_text(
+        f"""Name: run_tiny
+TaskType: RUN_SWARM
+Author: tests
+Prereq: ROOTTASK
+Outcome: run_tiny
+Body:
+    Command: model/{PROGRAM.name}
+    Entrypoint: python3
+    WorkingDir: /tmp/test
+    Envvars: [{env}]
+    PrivateContent: /tmp/test/
+    SharedContent:
+    -   Src: {model}
+        Tgt: /tmp/test/model
+        MType: BIND
+"""
+    )
+    return path
+
+
+def start_swop(
+    host: Host, work: Path, uid: str, profile: Path, broker: str, ident: Ident | None, *extra: str
+) -> subprocess.Popen[bytes]:
+    """``swarm swop`` on ``host``; its output goes to ``work/<uid>.out``."""
+    argv = [*DAEMON, "swop", "--uid", uid, "--profile", str(profile), "--broker", broker,
+            "--work-dir", str(work / f"{uid}-work"), *(ident.args() if ident else []), *extra]  # fmt: skip
+    return host.popen(argv, log=work / f"{uid}.out")
+
+
+def swci_script(work: Path, broker_host: str, port: int, peers: int, *, name: str = "swci-init") -> Path:
+    """An init script that runs the tiny task on ``peers`` SL nodes and waits for it."""
+    script = work / name
+    script.write_text(
+        f"""EXIT ON FAILURE
+WAIT FOR IP {broker_host} {port}
+CREATE CONTEXT mh WITH IP {broker_host} {port}
+SWITCH CONTEXT mh
+CREATE TASK FROM {work / "run_tiny.yaml"}
+FINALIZE TASK run_tiny
+RESET TASKRUNNER {RUNNER}
+ASSIGN TASK run_tiny TO {RUNNER} WITH {peers} PEERS
+WAIT FOR TASKRUNNER {RUNNER}
+GET TASKRUNNER STATUS {RUNNER}
+EXIT
+"""
+    )
+    return script
+
+
+def final_digests(work: Path) -> dict[str, str]:
+    """``FINAL_DIGEST`` of every ML program under ``work`` (by its SL's run directory)."""
+    found = {}
+    for log in sorted(work.glob("*-work/runs/run_tiny/*/ml.log")):
+        digests = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", log.read_text(errors="replace"))
+        found[log.parent.name] = digests[-1] if digests else ""
+    return found
