@@ -96,10 +96,14 @@ def write_profile(
         (data / "scratch").mkdir(parents=True, exist_ok=True)
         identity = "[]"
         if ident is not None:
+            attrs = (("KEY", ident.key), ("CERT", ident.cert), ("CAPATH", ident.capath))
             identity = (
-                f"[{{attribute: {{aType: KEY, mType: BIND, src: '{ident.key}', tgt: /k.pem, subPath: null}}}},"
-                f" {{attribute: {{aType: CERT, mType: BIND, src: '{ident.cert}', tgt: /c.pem, subPath: null}}}},"
-                f" {{attribute: {{aType: CAPATH, mType: BIND, src: '{ident.capath}', tgt: /ca, subPath: null}}}}]"
+                "["
+                + ", ".join(
+                    f"{{attribute: {{aType: {a}, mType: BIND, src: '{src}', tgt: /id/{a}, subPath: null}}}}"
+                    for a, src in attrs
+                )
+                + "]"
             )
         lines += [
             "  - slnodedef:", f"      idx: {idx}", f"      identity: {identity}", f"      slhostname: {uid}",
