@@ -31,7 +31,8 @@ def register(state: State, tx: Tx) -> State:
         registered_at=tx.time if old is None else old.registered_at,
         last_seen=tx.time,
     )
-    return replace(state, nodes=put(state.nodes, tx.sender, node))
+    state = replace(state, nodes=put(state.nodes, tx.sender, node))
+    return taskrunners.swop_online(state, tx.sender, tx.time) if tx.role == "swop" else state
 
 
 def offline(state: State, tx: Tx) -> State:

@@ -13,6 +13,7 @@ from wire.envelope import Envelope
 
 __all__ = [
     "ADMIN_ROLES",
+    "DEFAULT_OFFLINE_GRACE",
     "KINDS",
     "TASK_TYPES",
     "TX_PREFIX",
@@ -27,6 +28,8 @@ __all__ = [
 
 TX_PREFIX = "tx:"
 ADMIN_ROLES = frozenset({"swci", "sn"})  # the SN administers too: it seals genesis
+# Seconds a RUNNING assignment survives with every one of its SWOPs offline (a partition, a restart).
+DEFAULT_OFFLINE_GRACE = 120.0
 TASK_TYPES = (
     "RUN_SWARM",
     "MAKE_USER_CONTAINER",
@@ -173,6 +176,7 @@ KINDS: Mapping[str, KindSpec] = {
             "taskrunner": f.Field(f.name),
             "capacity": f.Field(f.integer(0, 10_000)),
             "group": f.Field(f.text(), ""),
+            "grace": f.Field(f.number(0.0), DEFAULT_OFFLINE_GRACE),
         },
     ),
     "taskrunner.assign": KindSpec(
@@ -196,6 +200,7 @@ KINDS: Mapping[str, KindSpec] = {
         },
     ),
     "taskrunner.reset": KindSpec(ADMIN_ROLES, {"taskrunner": f.Field(f.name)}),
+    "taskrunner.orphaned": KindSpec(_SN, {"taskrunner": f.Field(f.name)}),
 }
 
 
