@@ -13,20 +13,34 @@ DEFAULT_PORT = 30304  # the reference system's SN API port; our SN's broker list
 
 @dataclass(frozen=True, slots=True)
 class BrokerAddress:
-    """``mqtt://host:port`` or ``mqtts://host:port``."""
+    """``mqtt://host:port`` or ``mqtts://host:port``, with the other nodes of a broker cluster.
+
+    ``alternates`` are tried in turn when this broker cannot be reached; the address prints (and
+    parses) as a comma-separated list, so it travels through command lines unchanged.
+    """
 
     host: str
     port: int = DEFAULT_PORT
     tls: bool = False
+    alternates: tuple[BrokerAddress, ...] = ()
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
-        """Parse ``mqtt[s]://host[:port]`` (or a bare ``host[:port]``); raise ValueError if invalid."""
+        """Parse ``mqtt[s]://host[:port]`` (or a bare ``host[:port]``), or a comma-separated list of
+        them (a broker cluster); raise ValueError if invalid."""
+        first, *others = [part.strip() for part in url.split(",")]
+        if others:
+            head = cls.parse(first)
+            return cls(head.host, head.port, head.tls, tuple(cls.parse(o) for o in others))
+        return cls._parse_one(url.strip())
+
+    @classmethod
+    def _parse_one(cls, url: str) -> BrokerAddress:
         text = url if "://" in url else f"mqtt://{url}"
         parts = urlsplit(text)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ValueError(f"broker address {url!r}: scheme must be mqtt:// or mqtts://")
-        if not parts.hostname:
+        if not parts.hostname or not url:
             raise ValueError(f"broker address {url!r} has no host")
         try:
             port = parts.port or DEFAULT_PORT
@@ -34,8 +48,17 @@ class BrokerAddress:
             raise ValueError(f"broker address {url!r} has an invalid port") from None
         return cls(parts.hostname, port, parts.scheme in ("mqtts", "ssl"))
 
+    @property
+    def addresses(self) -> tuple[BrokerAddress, ...]:
+        """Every broker of the list, each on its own."""
+        return (BrokerAddress(self.host, self.port, self.tls), *self.alternates)
+
+    def with_tls(self) -> BrokerAddress:
+        """The same list, every address with TLS."""
+        return BrokerAddress(self.host, self.port, True, tuple(a.with_tls() for a in self.alternates))
+
     def __str__(self) -> str:
-        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+        return ",".join(f"{'mqtts' if a.tls else 'mqtt'}://{a.host}:{a.port}" for a in self.addresses)
 
 
 @dataclass(frozen=True, slots=True)

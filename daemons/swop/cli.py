@@ -31,6 +31,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--work-dir", type=Path, help="run directories, environments, logs (default ./swarm-<uid>)"
     )
+    p.add_argument(
+        "--offline-grace",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a task keeps running while every SWOP of it is unreachable (default 120)",
+    )
     p.add_argument("--apls-ip", help="accepted for compatibility; there is no licence server")
     add_identity_arguments(p)
 
@@ -66,6 +73,7 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
         network=args.network,
         identity=identity,
         sn_uid=args.sn_uid,
+        offline_grace=args.offline_grace,
     )
 
 
