@@ -45,7 +45,7 @@ class Patience:
     """
 
     deadline: float = 300.0
-    attempt: float = 30.0
+    attempt: float = 5.0
     backoff_base: float = 0.5
     backoff_cap: float = 10.0
 
@@ -61,7 +61,7 @@ class Patience:
             raise ValueError(f"SWARM_SN_DEADLINE={text!r} is not a number of seconds") from None
         if not deadline > 0:
             raise ValueError(f"SWARM_SN_DEADLINE={text!r} must be more than 0 seconds")
-        return cls(deadline=deadline, attempt=min(30.0, deadline))
+        return cls(deadline=deadline, attempt=min(5.0, deadline))
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (1, 2, ...)."""

@@ -19,14 +19,19 @@ from contracts.tx import Rejection
 from contracts.views import entity_view
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
+from daemons.sn.chainlog import ChainLog, ChainLogError
 from wire import SignerLike, encode_envelope, make_envelope
 
-__all__ = ["Sealer"]
+__all__ = ["NotSealed", "Sealer"]
 
 log = logging.getLogger("swarm.sn.sealer")
 MAX_BATCH = 2000
 
 OnBlock = Callable[[SealResult], Awaitable[None]]
+
+
+class NotSealed(Rejection):
+    """The block could not be put into the clustered ledger (another SN seals now): try again."""
 
 
 @dataclass(slots=True)
@@ -39,9 +44,16 @@ class Sealer:
     """Seals submitted envelopes into blocks, in arrival order."""
 
     def __init__(
-        self, ledger: Ledger, bus: Bus, signer: SignerLike | None, lock: threading.Lock | None = None
+        self,
+        ledger: Ledger,
+        bus: Bus,
+        signer: SignerLike | None,
+        lock: threading.Lock | None = None,
+        chainlog: ChainLog | None = None,
     ) -> None:
         self.ledger = ledger
+        self._chainlog = chainlog
+        self._loop = asyncio.get_running_loop() if chainlog is not None else None
         self._lock = lock or threading.Lock()
         self.bus = bus
         self.signer = signer
@@ -69,6 +81,11 @@ class Sealer:
                 batch.append(self._queue.get_nowait())
             try:
                 result = await asyncio.to_thread(self._seal, [p.raw for p in batch])
+            except ChainLogError as exc:  # not replicated, so not stored: another SN seals now
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_result(NotSealed(f"not sealed: {exc}"))
+                raise
             except Exception as exc:  # the block was not stored: nothing was accepted
                 log.exception("sealing a block of %d transactions failed", len(batch))
                 for pending in batch:
@@ -84,8 +101,22 @@ class Sealer:
                 await self._announce(result)
 
     def _seal(self, envelopes: list[bytes]) -> SealResult:
+        replicate = self._replicate if self._chainlog is not None else None
         with self._lock:
-            return self.ledger.seal(envelopes, sealer=self.signer, sealer_uid=self.bus.uid, now=time.time())
+            return self.ledger.seal(
+                envelopes, sealer=self.signer, sealer_uid=self.bus.uid, now=time.time(), replicate=replicate
+            )
+
+    def _replicate(self, height: int, raw: bytes) -> None:
+        """In the sealing thread: the block goes into the clustered ledger before it is stored here."""
+        assert self._chainlog is not None  # noqa: S101 - only set up with a chain log
+        assert self._loop is not None  # noqa: S101
+        future = asyncio.run_coroutine_threadsafe(self._chainlog.append(height, raw), self._loop)
+        try:
+            future.result(timeout=15)
+        except TimeoutError:
+            future.cancel()
+            raise ChainLogError(f"block {height} was not appended within 15 s") from None
 
     async def _announce(self, result: SealResult) -> None:
         """Publish the new block (for replicas) and the view of every entity it changed."""
