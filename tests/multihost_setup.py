@@ -170,3 +170,38 @@ def final_digests(work: Path) -> dict[str, str]:
         digests = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", log.read_text(errors="replace"))
         found[log.parent.name] = digests[-1] if digests else ""
     return found
+
+
+MQTT_PORT = 30304
+NATS_CLIENT_PORT = 4222
+NATS_ROUTE_PORT = 6222
+
+
+def start_nats_cluster(
+    hosts: list[Host], work: Path, ident: dict[str, Ident] | None = None
+) -> dict[str, subprocess.Popen[bytes]]:
+    """A NATS cluster node (MQTT on ``MQTT_PORT``) on each of ``hosts``, all started at once, each
+    routed to the others; returns once every node serves and knows the JetStream meta leader."""
+    procs = {}
+    for host in hosts:
+        name = f"nats-{host.name}"
+        routes = ",".join(f"{p.address}:{NATS_ROUTE_PORT}" for p in hosts if p is not host)
+        argv = [*DAEMON, "broker", "--engine", "nats", "--name", name, "--host", host.address,
+                "--port", str(MQTT_PORT), "--nats-port", str(NATS_CLIENT_PORT),
+                "--cluster-port", str(NATS_ROUTE_PORT), "--routes", routes,
+                "--workdir", str(work / name)]  # fmt: skip
+        if ident is not None:
+            argv += ident[host.name].args()
+        procs[host.name] = host.popen(argv, log=work / name / "broker.out")
+    for host in hosts:
+        name = f"nats-{host.name}"
+        wait_for_line(work / name / "broker.out", "listening on", procs[host.name])
+        wait_for_line(work / name / "nats-server.log", "metadata leader", procs[host.name])
+    return procs
+
+
+def cluster_urls(hosts: list[Host], *, tls: bool = False) -> tuple[str, str]:
+    """``(mqtt list, nats list)`` of the cluster on ``hosts``."""
+    mqtt = ",".join(f"{'mqtts' if tls else 'mqtt'}://{h.address}:{MQTT_PORT}" for h in hosts)
+    nats = ",".join(f"{'tls' if tls else 'nats'}://{h.address}:{NATS_CLIENT_PORT}" for h in hosts)
+    return mqtt, nats

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemons.broker.process import BrokerError
+from daemons.broker.process import BrokerError, die_with_parent
 from daemons.broker.settings import DEFAULT_MAX_PACKET, BrokerTLS
 
 __all__ = ["NATS_PORT", "NatsNode", "NatsSettings", "find_nats_server", "render_nats_config"]
@@ -81,6 +81,11 @@ def _tls_block(tls: BrokerTLS) -> str:
 def render_nats_config(settings: NatsSettings) -> str:
     """The server configuration of one node (MQTT + JetStream + cluster routes, mutual TLS when given)."""
     s = settings
+    # MQTT sessions and retained messages live in JetStream streams: with fewer than 3 replicas, losing
+    # one node of a 3-node cluster would stall every MQTT connection (no quorum). Each QoS-1
+    # subscription is a JetStream consumer: replicated, hundreds of them are hundreds of Raft groups
+    # to re-elect when a node dies (minutes on 2 cores); our sessions are clean, so a lost consumer is
+    # simply made again when its client reconnects.
     tls = _tls_block(s.tls) if s.tls is not None else ""
     routes = ", ".join(f'"nats-route://{r}"' for r in s.routes)
     cluster = (
@@ -97,7 +102,9 @@ def render_nats_config(settings: NatsSettings) -> str:
             "max_pending: 256MB",
             tls,
             f'jetstream {{ store_dir: "{s.workdir / "jetstream"}", max_file_store: 4GB }}',
-            f'mqtt {{ listen: "{s.host}:{s.mqtt_port}", ack_wait: "10s", max_ack_pending: 1000 {tls} }}',
+            f'mqtt {{ listen: "{s.host}:{s.mqtt_port}", ack_wait: "10s", max_ack_pending: 1000, '
+            f"stream_replicas: {min(3, 1 + len(s.routes))}, consumer_replicas: 1, "
+            f"consumer_memory_storage: true {tls} }}",
             cluster,
         )
         if line
@@ -149,6 +156,7 @@ class NatsNode:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
             )
         deadline = time.monotonic() + timeout
         while not (_port_open(s.host, s.nats_port) and _port_open(s.host, s.mqtt_port)):

@@ -40,7 +40,7 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started it dies (Linux), so a killed
     SN never leaves its broker running."""
     if sys.platform.startswith("linux"):
@@ -142,7 +142,7 @@ class ManagedBroker:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
             )
         deadline = time.monotonic() + timeout
         while not _port_open(self.settings.host, self.port):

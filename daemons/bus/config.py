@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_PORT", "BrokerAddress", "BusConfig"]
+__all__ = ["DEFAULT_PORT", "BrokerAddress", "BusConfig", "subscribe_qos_from_env"]
 
 DEFAULT_PORT = 30304  # the reference system's SN API port; our SN's broker listens there
 
@@ -61,6 +63,19 @@ class BrokerAddress:
         return ",".join(f"{'mqtts' if a.tls else 'mqtt'}://{a.host}:{a.port}" for a in self.addresses)
 
 
+def subscribe_qos_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``SWARM_SUBSCRIBE_QOS`` (0 or 1, default 1): the QoS of every subscription.
+
+    0 for a NATS cluster's MQTT: there every QoS-1 subscription is a replicated JetStream consumer,
+    and re-creating hundreds of them after a node dies stalls the cluster; request/reply resends and
+    transfers re-fetch, so nothing relies on the broker's redelivery.
+    """
+    text = (os.environ if env is None else env).get("SWARM_SUBSCRIBE_QOS", "1").strip()
+    if text not in ("0", "1"):
+        raise ValueError(f"SWARM_SUBSCRIBE_QOS={text!r} must be 0 or 1")
+    return int(text)
+
+
 @dataclass(frozen=True, slots=True)
 class BusConfig:
     """Connection settings of one bus session.
@@ -81,3 +96,4 @@ class BusConfig:
     max_queued_messages: int = 10_000
     backoff_base: float = 0.2
     backoff_cap: float = 5.0
+    subscribe_qos: int = field(default_factory=subscribe_qos_from_env)

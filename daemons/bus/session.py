@@ -271,7 +271,7 @@ class Bus:
     async def _on_connect(self, client: aiomqtt.Client) -> None:
         self._client = client
         for topic_filter in dict.fromkeys(s.filter for s in self._subs):
-            await client.subscribe(topic_filter, qos=1)
+            await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
         if self._presence is not None:
             await self._publish_presence("online")
         if self._ever_connected:
@@ -390,7 +390,7 @@ class Bus:
                 client = None
             if client is not None:
                 with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
-                    await client.subscribe(topic_filter, qos=1)
+                    await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
             yield sub
         finally:
             self._subs.remove(sub)
@@ -405,7 +405,9 @@ class Bus:
         self._subs.append(sub)
         client = self._client
         if client is not None:
-            self.spawn(client.subscribe(topic_filter, qos=1), f"subscribe {topic_filter}")
+            self.spawn(
+                client.subscribe(topic_filter, qos=self.config.subscribe_qos), f"subscribe {topic_filter}"
+            )
         return sub
 
     # ------------------------------------------------------------------- rpc

@@ -6,6 +6,7 @@ own when a round ended without a merge). Errors become an ``error`` frame whose 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -85,18 +86,33 @@ class MLSession:
         """Answer one request; never raises for the ML's mistakes or the swarm's refusals.
 
         When the ledger forgot this node (a partition, an SN restart), the node joins again and the
-        request is retried once: a sync then starts from the swarm's latest merged model.
+        request is retried: a sync then starts from the swarm's latest merged model. A sync that fails
+        on the bus (a broker or peer outage) is retried the same way until the client's patience
+        (``SWARM_SN_DEADLINE``) runs out.
         """
-        try:
-            return await self._handle(header, payload)
-        except Rejected as exc:
-            if self.attachment is None or not any(text in exc.reason for text in _LAPSED):
-                return self._refused(exc)
-            await self.attachment.reattach(exc.reason)
-        try:
-            return await self._handle(header, payload)
-        except Rejected as exc:
-            return self._refused(exc)
+        loop = asyncio.get_running_loop()
+        patience = self.ledger.patience
+        deadline = loop.time() + patience.deadline
+        rejoined = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._handle(header, payload)
+            except Rejected as exc:
+                lapsed = any(text in exc.reason for text in _LAPSED)
+                if self.attachment is None or not lapsed or rejoined:
+                    return self._refused(exc)
+                rejoined = True
+                await self.attachment.reattach(exc.reason)
+            except BusError as exc:
+                op = header.get("op")
+                if op not in ("begin", "sync") or loop.time() >= deadline:
+                    log.error("%s failed: %s", op, exc)
+                    return _error(f"{op} failed: {exc}")
+                log.warning("%s failed (%s); retrying from the swarm's latest model", op, exc)
+                self.rejoined = op == "sync"
+                await asyncio.sleep(patience.backoff(attempt))
 
     @staticmethod
     def _refused(exc: Rejected) -> Reply:
@@ -116,9 +132,9 @@ class MLSession:
                 await self._progress(header)
                 return {"op": "ok"}, None
             return _error(f"unknown request {op!r}")
-        except Rejected:
+        except (Rejected, BusError):
             raise
-        except (BusError, CodecError, ValueError) as exc:
+        except (CodecError, ValueError) as exc:
             log.error("%s failed: %s", op, exc)
             return _error(f"{op} failed: {exc}")
         except Exception as exc:
