@@ -6,18 +6,22 @@ broker's address on the test subnet; nothing talks over 127.0.0.1 between hosts.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from certs.pki import create_ca, issue_identity
 from tests.netns import Host
 from tests.swarm_helpers import PROGRAM
 
+T = TypeVar("T")
 RUNNER = "defaulttaskbb.taskdb.sml.hpe"
 SN_PORT = 30304
 DAEMON = [sys.executable, "-m", "daemons.cli"]
@@ -49,6 +53,16 @@ class Pki:
     def issue(self, uid: str, role: str, *addresses: str) -> Ident:
         files = issue_identity(self.root / "ca", uid, role, self.root / "ids", sans=(*addresses, "localhost"))
         return Ident(files.cert, files.key, self.capath)
+
+
+async def until(read: Callable[[], Awaitable[T]], timeout: float, pause: float = 0.2) -> T:
+    """The first truthy value of ``read()``, polled every ``pause`` seconds (tests only)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            value = await read()
+            if value:
+                return value
+            await asyncio.sleep(pause)
 
 
 def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
