@@ -173,6 +173,12 @@ class NatsNode:
         proc = self._proc
         return 0 if proc is None else await asyncio.to_thread(proc.wait)
 
+    def kill(self) -> None:
+        """SIGKILL the server (for tests and benchmarks of a node's death)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM (lame-duck shutdown), SIGKILL after ``grace`` seconds."""
         proc, self._proc = self._proc, None
