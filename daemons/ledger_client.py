@@ -161,7 +161,11 @@ class LedgerClient:
         """Stored blocks from height ``start`` on (a batch, not necessarily to the head) and the head."""
         reply = await self.bus.request(self.sn, "blocks", {"start": start}, timeout=self.timeout)
         raw, head = reply.get("blocks"), reply.get("head")
-        if not isinstance(raw, list) or not all(isinstance(b, bytes) for b in raw) or not isinstance(head, int):
+        if (
+            not isinstance(raw, list)
+            or not all(isinstance(b, bytes) for b in raw)
+            or not isinstance(head, int)
+        ):
             raise BusError(f"SN {self.sn!r} sent a malformed blocks reply")
         return raw, head
 
@@ -180,6 +184,14 @@ class LedgerClient:
                     raise BusError(f"SN {self.sn!r} sent a block the history cannot use: {exc}") from None
             if not raw or index.height >= head:
                 return index
+
+    async def history(self, contract: str, run: int | None = None) -> dict[str, Any]:
+        """Every progress report and merged round of ``contract`` (``run``: 0-based; None: the latest
+        run with records) as plain data: ``{contract, run, runs, records}``; read from the chain."""
+        index = await self.read_history(HistoryIndex())
+        chosen = index.latest_run(contract) if run is None else run
+        records = [r.as_dict() for r in index.records(contract, chosen)]
+        return {"contract": contract, "run": chosen, "runs": index.runs(contract), "records": records}
 
     @contextlib.asynccontextmanager
     async def watch(self, entity: str, key: str = "+") -> AsyncIterator[Watch]:

@@ -47,7 +47,12 @@ class Chain:
     def round(self, uids: list[str], digest: str, *, init: bool = False) -> int:
         """Every node checks in, the SN closes the round, its leader merges; returns its number."""
         for uid in uids:
-            self.tx(uid, "sl", "round.checkin", {"contract": C, "digest": _digest(uid), "samples": 5, "init": init})
+            self.tx(
+                uid,
+                "sl",
+                "round.checkin",
+                {"contract": C, "digest": _digest(uid), "samples": 5, "init": init},
+            )
         self.due()
         closed = self.ledger.state.rounds[C].pending[-1]
         body = {"contract": C, "round": closed.number, "digest": digest, "contributors": list(uids)}
