@@ -80,7 +80,7 @@ class Swarm:
                 break
             await asyncio.sleep(0.02)
         number, leader = closed[-1]["round"], closed[-1]["leader"]
-        body = {"contract": C, "round": number, "digest": "ab" * 32, "contributors": sorted(self.clients)}
+        body = {"contract": C, "round": number, "digest": "ab" * 32, "contributors": closed[-1]["participants"]}
         await self.clients[leader].submit("round.merged", body)
         self.rounds += 1
 
