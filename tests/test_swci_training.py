@@ -79,8 +79,8 @@ class Swarm:
             if closed:
                 break
             await asyncio.sleep(0.02)
-        number, leader = closed[-1]["round"], closed[-1]["leader"]
-        body = {"contract": C, "round": number, "digest": "ab" * 32, "contributors": closed[-1]["participants"]}
+        number, leader, took_part = closed[-1]["round"], closed[-1]["leader"], closed[-1]["participants"]
+        body = {"contract": C, "round": number, "digest": "ab" * 32, "contributors": took_part}
         await self.clients[leader].submit("round.merged", body)
         self.rounds += 1
 
