@@ -137,6 +137,13 @@ class _Panel:
         self.spinner = Spinner("dots", style="cyan")
         self.extra: Callable[[], RenderableType | None] | None = None
 
+    def _elapsed(self) -> float:
+        """Seconds since the assignment (ledger time), else since the wait began."""
+        assigned = self.view.get("assigned_at")
+        if isinstance(assigned, int | float) and not isinstance(assigned, bool):
+            return max(0.0, time.time() - assigned)
+        return time.monotonic() - self.started
+
     def __rich__(self) -> RenderableType:
         view = self.view
         grid = RichTable.grid(padding=(0, 1))
@@ -151,7 +158,7 @@ class _Panel:
         peers = Text(
             f"active {view.get('active', 0)}  completed {view.get('completed', 0)}  "
             f"failed {view.get('failed', 0)}  required {view.get('required', 0)}  "
-            f"elapsed {elapsed(time.monotonic() - self.started)}",
+            f"elapsed {elapsed(self._elapsed())}",
             style="dim",
         )
         grid.add_row(self.spinner, headline)
