@@ -11,16 +11,16 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from contracts.ledger import Accepted, Ledger
-from contracts.tx import Rejection
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
+from daemons.sn.sealer import Outcome
 from wire import CodecError
 
 __all__ = ["Liveness"]
 
 log = logging.getLogger("swarm.sn.liveness")
 
-Submit = Callable[[str, dict[str, object]], Awaitable[Accepted | Rejection]]
+Submit = Callable[[str, dict[str, object]], Awaitable[Outcome]]
 
 
 class Liveness:
@@ -65,7 +65,7 @@ class Liveness:
             return
         with contextlib.suppress(Exception):
             result = await self._submit("node.offline", {"uid": uid, "reason": reason})
-            if isinstance(result, Rejection):
-                log.debug("node.offline %s rejected: %s", uid, result.reason)
+            if not isinstance(result, Accepted):
+                log.debug("node.offline %s not applied: %s", uid, result.reason)
             else:
                 log.info("node %s is offline: %s", uid, reason)

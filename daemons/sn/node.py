@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from daemons.processes import install_stop_signals
 from daemons.sn.chain import LocalChain
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
-from daemons.sn.sealer import Sealer
+from daemons.sn.sealer import Sealer, StoreFailed
 from wire import decode_envelope
 from wire.errors import CodecError
 
@@ -124,6 +125,8 @@ class SNNode:
             address = await asyncio.to_thread(self._start_broker)
         except (ChainError, BrokerError) as exc:
             raise SystemExit(f"swarm sn: {exc}") from None
+        except (sqlite3.Error, OSError) as exc:  # a read-only, full or unreadable data directory
+            raise SystemExit(f"swarm sn: cannot open the ledger {self.ledger_path}: {exc}") from None
         try:
             await self._serve(address)
         except* (BusConnectError, BrokerError) as group:  # the broker gave up, or we cannot reach it
@@ -210,7 +213,7 @@ class SNNode:
                     continue
                 attempted[key] = now
                 result = await self.sealer.submit_own(kind, body)
-                if isinstance(result, Rejection):
+                if not isinstance(result, Accepted):
                     log.debug("%s %s not applied: %s", kind, body, result.reason)
             deadline = next_deadline(self.ledger.state)
             wait = None if deadline is None else min(max(deadline - time.time(), 0.0) + 0.01, 60.0)
@@ -251,6 +254,8 @@ class SNNode:
             assert self.replica is not None  # noqa: S101
             return await self.replica.forward(raw)
         result = await self.sealer.submit(raw)
+        if isinstance(result, StoreFailed):
+            raise RpcError("unavailable", result.reason)
         if isinstance(result, Rejection):
             raise RpcError("rejected", result.reason)
         assert isinstance(result, Accepted)  # noqa: S101
