@@ -130,6 +130,7 @@ class SwopNode:
             "address": "",
             "pid": os.getpid(),
             "meta": {"taskrunner": self.taskrunner, "group": self.options.profile.groupname},
+            "session": bus.session,
         }
 
     async def _watch(self, group: asyncio.TaskGroup) -> None:
