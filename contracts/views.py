@@ -403,6 +403,8 @@ def _node_view(node: Node) -> View:
         "offline_reason": node.offline_reason,
         "identity": node.identity or node.uid,
         "session": node.session,
+        "name": str(node.meta.get("name") or node.uid),
+        "sentinel": node.meta.get("sentinel") is True,
     }
 
 

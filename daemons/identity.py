@@ -24,9 +24,12 @@ __all__ = [
     "IdentityError",
     "add_identity_arguments",
     "identity_from_args",
+    "node_name",
     "node_uid",
     "open_bus",
 ]
+
+NODE_NAME_VAR = "SWARM_NODE_NAME"
 
 
 class IdentityError(ValueError):
@@ -77,6 +80,11 @@ class Identity:
                 return pems[0]
             raise IdentityError(f"no CA certificate (*.pem) in {self.ca}")
         return self.ca
+
+
+def node_name(uid: str) -> str:
+    """The node's name as LIST NODES shows it (the reference's container name): ``--name``, else the uid."""
+    return os.environ.get(NODE_NAME_VAR) or uid
 
 
 def node_uid(identity: Identity | None, name: str | None, *, option: str = "--name") -> str | None:

@@ -70,7 +70,7 @@ from swci.tables import (
     contract_status_table,
     contracts_table,
     kv_table,
-    nodes_table,
+    node_lines,
     peer_status_table,
     perfdata_table,
     taskrunner_peers_table,
@@ -305,8 +305,8 @@ async def _wait_for_taskrunner(cmd: WaitForTaskrunner, call: Call) -> Result:
 
 @_handles(ListNodes)
 async def _list_nodes(cmd: ListNodes, call: Call) -> Result:
-    views = await call.link.query("nodes")
-    return Result.success(table=nodes_table(views), data=views)
+    views = await call.link.query("nodes", online=True)
+    return Result.success(*node_lines(views), data=views)
 
 
 @_handles(GetContextVersion)

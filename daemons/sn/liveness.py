@@ -69,10 +69,12 @@ class Liveness:
         if node is None or not node.online or uid == self._bus.uid:
             return
         if session and node.session and session != node.session:
-            log.info("node %s: session %s ended; its live session %s stays online", uid, session, node.session)
+            log.info(
+                "node %s: session %s ended; its live session %s stays online", uid, session, node.session
+            )
             return
         with contextlib.suppress(Exception):
-            body = {"uid": uid, "reason": reason, "session": session}
+            body: dict[str, object] = {"uid": uid, "reason": reason, "session": session}
             result = await self._submit("node.offline", body)
             if isinstance(result, Rejection):
                 log.debug("node.offline %s rejected: %s", uid, result.reason)

@@ -27,7 +27,7 @@ from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.bus import BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity, open_bus
+from daemons.identity import Identity, node_name, open_bus
 from daemons.processes import install_stop_signals
 from daemons.sn.chain import LocalChain
 from daemons.sn.liveness import Liveness
@@ -186,7 +186,11 @@ class SNNode:
             "host": socket.gethostname(),
             "address": str(address),
             "pid": os.getpid(),
-            "meta": {"sentinel": self.options.sentinel, "version": VERSION},
+            "meta": {
+                "sentinel": self.options.sentinel,
+                "version": VERSION,
+                "name": node_name(self.options.uid),
+            },
         }
 
     async def _supervise_broker(self) -> None:

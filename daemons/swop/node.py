@@ -23,7 +23,7 @@ from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity, open_bus
+from daemons.identity import Identity, node_name, open_bus
 from daemons.ledger_client import LedgerClient, Rejected
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
@@ -129,7 +129,11 @@ class SwopNode:
             "host": socket.gethostname(),
             "address": "",
             "pid": os.getpid(),
-            "meta": {"taskrunner": self.taskrunner, "group": self.options.profile.groupname},
+            "meta": {
+                "taskrunner": self.taskrunner,
+                "group": self.options.profile.groupname,
+                "name": node_name(bus.uid),
+            },
             "session": bus.session,
         }
 
