@@ -19,7 +19,7 @@ from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.gpus import cuda_env
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args, node_uid
 from daemons.logs import LOG_FORMAT, setup_logging
-from daemons.rundir import build_run_dir, parse_mount
+from daemons.rundir import build_run_dir, parse_mount, settle
 from daemons.sl.mlprocess import MLSpec
 from daemons.sl.node import SLNode, SLOptions
 
@@ -92,8 +92,10 @@ def options_from_args(args: argparse.Namespace) -> SLOptions:
     run_dir = (args.run_dir or Path(tempfile.mkdtemp(prefix=f"swarm-{uid}-"))).resolve()
     env = {**_env_pairs(args.ml_e), **cuda_env(args.ml_gpus, args.gpu_slot)}
     mounts = [parse_mount(m) for m in args.ml_v]
+    notes: list[str] = []
     if mounts:
         run = build_run_dir(run_dir, args.ml_w, mounts)
+        notes = list(run.notes)
         cwd = run.cwd
         env = run.translate_env(env, [args.ml_w, *(str(m.tgt) for m in mounts)])
     else:
@@ -118,7 +120,7 @@ def options_from_args(args: argparse.Namespace) -> SLOptions:
         identity=identity,
         parent=args.parent,
         linger=args.linger,
-        meta={"run_dir": str(run_dir)},
+        meta={"run_dir": str(run_dir), "mount_notes": notes},
     )
 
 
@@ -155,9 +157,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"swarm sl: {exc}") from None
     run_dir = Path(options.meta["run_dir"])
     setup_logging(options.uid, log_dir=run_dir)
+    for note in options.meta.pop("mount_notes", []):
+        logging.getLogger("swarm.sl").warning("%s", note)
     _add_program_log(program_log(options.ml))
     try:
         return asyncio.run(_main(SLNode(options)))
     except Exception as exc:
         logging.getLogger("swarm.sl").exception("the SL failed")
         raise SystemExit(f"swarm sl {options.uid}: {exc}") from None
+    finally:
+        for line in settle(run_dir, [parse_mount(m) for m in args.ml_v]):
+            logging.getLogger("swarm.sl").info("%s", line)

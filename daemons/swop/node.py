@@ -292,5 +292,14 @@ class SwopNode:
             )
             return
         for peer in self.peers.values():
-            remove_run_dir(peer.spec.run_dir)
+            written = remove_run_dir(peer.spec.run_dir)
+            if written:
+                names = ", ".join(str(p) for p in written[:10]) + (" ..." if len(written) > 10 else "")
+                log.warning(
+                    "RESET removed %d file(s) that %s's program wrote outside its mounts (as a container "
+                    "removed with them would): %s; set SWOP_KEEP_CONTAINERS=True to keep them",
+                    len(written),
+                    peer.spec.uid,
+                    names,
+                )
         self.peers.clear()
