@@ -143,13 +143,20 @@ async def build_env(
         return BuildResult(False, f"creating the environment failed (exit {code}):\n{tail}")
     await asyncio.to_thread(_link_base_packages, env_dir)
     notes: list[str] = []
-    if requirements:
-        argv = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
-                "--disable-pip-version-check", "-q", *_constraints(env_dir), *requirements]  # fmt: skip
-        code, tail = await _run(argv, log_path, cwd)
+    pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
+           "--disable-pip-version-check", "-q", *_constraints(env_dir)]  # fmt: skip
+    for requirement in check:  # an image's packages: one at a time, a missing release is only a note
+        code, tail = await _run([*pip, requirement], log_path, cwd)
+        if code != 0:
+            last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}"
+            notes.append(f"{requirement} (from the base image) left out: {last}")
+    rest = [r for r in requirements if r not in check]
+    if rest:
+        code, tail = await _run([*pip, *rest], log_path, cwd)
         if code != 0:
             return BuildResult(False, f"pip install failed (exit {code}):\n{tail}")
-        notes = await _check_imports(env_dir, [r for r in requirements if r in check], log_path)
+    installed = [r for r in check if not any(n.startswith(f"{r} ") for n in notes)]
+    notes += await _check_imports(env_dir, installed, log_path)
     extra = "".join(f"\n{note}" for note in notes)
     return BuildResult(True, f"environment {env_dir.name} ready ({len(requirements)} requirements){extra}")
 
