@@ -26,6 +26,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "swarmlearning": frozenset({"wire"}),
     "daemons": frozenset({"wire", "certs", "contracts", "taskdefs"}),
     "swci": frozenset({"wire", "certs", "taskdefs", "daemons"}),
+    "runscripts": frozenset({"certs", "daemons", "swci"}),
 }
 PACKAGES = tuple(ALLOWED)
 

@@ -28,13 +28,13 @@ from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.bus import BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity, open_bus
+from daemons.identity import Identity, node_name, open_bus
 from daemons.processes import install_stop_signals
 from daemons.sn.chain import LocalChain
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
 from daemons.sn.sealer import Sealer, StoreFailed
-from wire import decode_envelope
+from wire import Envelope, decode_envelope
 from wire.errors import CodecError
 
 __all__ = ["SNNode", "SNOptions", "VERSION"]
@@ -61,6 +61,14 @@ class SNOptions:
     identity: Identity | None = None
     liveness_grace: float = 15.0
     extra_presence: dict[str, Any] = field(default_factory=dict)
+
+
+def _who(env: Envelope) -> str:
+    return repr(env.sender) if env.voucher is None else f"{env.sender!r} (of identity {env.voucher!r})"
+
+
+def _foreign_tx(submitter: Envelope, tx: Envelope) -> str:
+    return f"{_who(submitter)} may not submit a transaction of {_who(tx)}"
 
 
 class SNNode:
@@ -181,7 +189,11 @@ class SNNode:
             "host": socket.gethostname(),
             "address": str(address),
             "pid": os.getpid(),
-            "meta": {"sentinel": self.options.sentinel, "version": VERSION},
+            "meta": {
+                "sentinel": self.options.sentinel,
+                "version": VERSION,
+                "name": node_name(self.options.uid),
+            },
         }
 
     async def _supervise_broker(self) -> None:
@@ -246,10 +258,8 @@ class SNNode:
                 env = decode_envelope(raw, what="transaction")
             except CodecError as exc:
                 raise RpcError("rejected", str(exc)) from None
-            if env.sender != request.sender:
-                raise RpcError(
-                    "rejected", f"{request.sender!r} may not submit a transaction of {env.sender!r}"
-                )
+            if env.sender != request.sender or env.identity != request.envelope.identity:
+                raise RpcError("rejected", _foreign_tx(request.envelope, env))
         if self.sealer is None:
             assert self.replica is not None  # noqa: S101
             return await self.replica.forward(raw)
