@@ -149,9 +149,9 @@ def test_missing_files_and_unfit_certificates_are_all_named(pki: Path, tmp_path:
     issue_identity(pki / "ca", "sl-9", "swci", pki)  # right CA, wrong role
     nodes = [
         ("sl-1", _identity(pki, "sl-1"), tmp_path / "no-such-data"),
-        ("sl-2", _identity(pki, "sl-1"), tmp_path),  # sl-1's certificate for sl-2
+        ("sl-2", _identity(pki, "sl-1"), tmp_path),  # sl-1's certificate shared by sl-2: fine
         ("sl-3", "[]", tmp_path),
-        ("sl-1", _identity(other, "sl-1").replace(str(other / "ca"), str(pki / "ca")), tmp_path),
+        ("sl-4", _identity(other, "sl-1").replace(str(other / "ca"), str(pki / "ca")), tmp_path),
         ("sl-9", _identity(pki, "sl-9"), tmp_path),
     ]
     swop = Identity.load(pki / "swop-1-cert.pem", pki / "swop-1-key.pem", pki / "ca")
@@ -159,10 +159,10 @@ def test_missing_files_and_unfit_certificates_are_all_named(pki: Path, tmp_path:
         _check(_profile(tmp_path, nodes), swop)
     lines = str(caught.value).splitlines()
     assert "node idx 0 (sl-1): privatedata src" in lines[1] and "does not exist" in lines[1]
-    assert "node idx 1 (sl-2)" in lines[2] and "is for 'sl-1', but the node's SL is 'sl-2'" in lines[2]
-    assert "node idx 2 (sl-3)" in lines[3] and "needs an identity with KEY, CERT and CAPATH" in lines[3]
-    assert "node idx 3 (sl-1)" in lines[4] and "not issued by the CA" in lines[4]
-    assert "node idx 4 (sl-9)" in lines[5] and "role 'swci', not 'sl'" in lines[5]
+    assert "node idx 2 (sl-3)" in lines[2] and "needs an identity with KEY, CERT and CAPATH" in lines[2]
+    assert "node idx 3 (sl-4)" in lines[3] and "not issued by the CA" in lines[3]
+    assert "node idx 4 (sl-9)" in lines[4] and "role 'swci', not 'sl'" in lines[4]
+    assert len(lines) == 5
     with pytest.raises(ProfileCheckError, match="runs without certificates"):
         _check(_profile(tmp_path, [("sl-1", _identity(pki, "sl-1"), tmp_path)]), None)
 

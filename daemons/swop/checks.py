@@ -1,10 +1,11 @@
 """What ``swarm swop`` checks at start, so that a profile's mistake is found before any SL runs.
 
 Every node's ``privatedata`` source must exist (BIND) and every identity file too. A node's
-certificate must fit it: its key matches, the swarm's CA issued it, it is valid now, its role (OU) is
-``sl`` and its uid (CN) is the node's SL uid. With certificates on the SWOP every node needs its own
-identity (the broker requires mutual TLS); without them no node may have one (the broker speaks plain
-MQTT). All problems are reported together, each naming the profile's node.
+certificate must fit it: its key matches, the swarm's CA issued it, it is valid now and its role (OU)
+is ``sl`` (several nodes may share one SL certificate, as the reference's profiles do). With
+certificates on the SWOP every node needs an identity (the broker requires mutual TLS); without them
+no node may have one (the broker speaks plain MQTT). All problems are reported together, each naming
+the profile's node.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _missing_files(node: SlNodeDef, where: str) -> list[str]:
     return problems
 
 
-def _identity_problems(node: SlNodeDef, where: str, swop_uid: str, swop: Identity | None) -> list[str]:
+def _identity_problems(node: SlNodeDef, where: str, swop: Identity | None) -> list[str]:
     cert, key = node.identity_src("CERT"), node.identity_src("KEY")
     ca = node.identity_src("CAPATH") or node.identity_src("CACERT")
     if swop is None:
@@ -55,16 +56,9 @@ def _identity_problems(node: SlNodeDef, where: str, swop_uid: str, swop: Identit
         info = check_identity(cert, key, ca)
     except (CertError, OSError) as exc:
         return [f"{where}: {exc}"]
-    problems = []
     if info.role != "sl":
-        problems.append(f"{where}: certificate {cert} is for role {info.role!r}, not 'sl'")
-    uid = sl_uid(node, swop_uid)
-    if info.uid != uid:
-        problems.append(
-            f"{where}: certificate {cert} is for {info.uid!r}, but the node's SL is {uid!r} "
-            f"(its slhostname); issue one with CN {uid}"
-        )
-    return problems
+        return [f"{where}: certificate {cert} is for role {info.role!r}, not 'sl'"]
+    return []
 
 
 def check_profile(profile: SwopProfile, source: Path, swop_uid: str, identity: Identity | None) -> None:
@@ -77,6 +71,6 @@ def check_profile(profile: SwopProfile, source: Path, swop_uid: str, identity: I
     for node in sorted(profile.node_defs, key=lambda n: n.idx):
         where = f"{source}: {_node(node, swop_uid)}"
         missing = _missing_files(node, where)
-        problems += missing or _identity_problems(node, where, swop_uid, identity)
+        problems += missing or _identity_problems(node, where, identity)
     if problems:
         raise ProfileCheckError("the profile does not fit this host:\n  " + "\n  ".join(problems))
