@@ -137,6 +137,7 @@ def _perf_row(member: Member) -> View:
         "metric": _num(member.metric),
         "total_epochs": member.total_epochs,
         "completed_epochs": member.epochs_done,
+        "joined_at": member.joined_at,
         "updated_at": member.updated_at,
     }
 

@@ -42,6 +42,8 @@ from swci.commands import (
     ListTasks,
     Ls,
     Perfdata,
+    PerfdataHistory,
+    PlotContract,
     Pwd,
     ResetContract,
     ResetTaskrunner,
@@ -52,6 +54,7 @@ from swci.commands import (
     WaitForIp,
     WaitForService,
     WaitForTaskrunner,
+    WatchContract,
 )
 from swci.errors import ScriptError, SwciSyntaxError
 from swci.grammar import REGISTRY
@@ -84,6 +87,12 @@ VALID: list[tuple[str, Command]] = [
     (f"GET CONTRACT STATUS {BB}", GetContractStatus(BB)),
     ("LIST CONTRACTS", ListContracts()),
     (f"PERFDATA {BB}", Perfdata(BB)),
+    (f"perfdata {BB} history", PerfdataHistory(BB)),
+    (f"PERFDATA {BB} HISTORY TO out/h.csv", PerfdataHistory(BB, "out/h.csv")),
+    (f"WATCH CONTRACT {BB}", WatchContract(BB)),
+    (f"watch contract {BB} 90", WatchContract(BB, 90.0)),
+    (f"PLOT CONTRACT {BB}", PlotContract(BB)),
+    (f"PLOT CONTRACT {BB} TO plots", PlotContract(BB, "plots")),
     (f"RESET CONTRACT {BB}", ResetContract(BB)),
     # tasks
     (

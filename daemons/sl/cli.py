@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from daemons.bus import BusConnectError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.gpus import cuda_env
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args, node_uid
@@ -162,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
     _add_program_log(program_log(options.ml))
     try:
         return asyncio.run(_main(SLNode(options)))
+    except BusConnectError as exc:  # no broker, or a certificate mismatch: the message says which
+        logging.getLogger("swarm.sl").error("%s", exc)
+        raise SystemExit(f"swarm sl {options.uid}: {exc}") from None
     except Exception as exc:
         logging.getLogger("swarm.sl").exception("the SL failed")
         raise SystemExit(f"swarm sl {options.uid}: {exc}") from None
