@@ -29,6 +29,8 @@ __all__ = [
     "node_info",
     "perfdata",
     "query",
+    "revocation",
+    "revocations",
     "rounds",
     "task_body",
     "task_info",
@@ -135,6 +137,7 @@ def _perf_row(member: Member) -> View:
         "metric": _num(member.metric),
         "total_epochs": member.total_epochs,
         "completed_epochs": member.epochs_done,
+        "joined_at": member.joined_at,
         "updated_at": member.updated_at,
     }
 
@@ -399,7 +402,24 @@ def _node_view(node: Node) -> View:
         "registered_at": node.registered_at,
         "last_seen": node.last_seen,
         "offline_reason": node.offline_reason,
+        "identity": node.identity or node.uid,
+        "session": node.session,
+        "name": str(node.meta.get("name") or node.uid),
+        "sentinel": node.meta.get("sentinel") is True,
     }
+
+
+def revocation(state: State, identity: str) -> View:
+    """One revoked identity: who revoked it, when and why."""
+    entry = state.revoked.get(identity)
+    if entry is None:
+        raise QueryError(f"identity {identity!r} is not revoked")
+    return {"identity": entry.identity, "by": entry.by, "time": entry.time, "reason": entry.reason}
+
+
+def revocations(state: State) -> list[View]:
+    """Every revoked identity."""
+    return [revocation(state, name) for name in sorted(state.revoked)]
 
 
 def list_nodes(state: State, role: str | None = None, online: bool | None = None) -> list[View]:
@@ -430,6 +450,7 @@ def entity_view(state: State, kind: str, key: str) -> View | None:
         "round": (state.rounds, rounds_brief),
         "task": (state.tasks, task_info),
         "taskrunner": (state.taskrunners, taskrunner_status),
+        "identity": (state.revoked, revocation),
     }
     if kind not in views:
         raise QueryError(f"unknown entity kind {kind!r} (known: {', '.join(views)})")
@@ -481,6 +502,7 @@ QUERIES: Mapping[str, Callable[[State, Mapping[str, Any], str], Any]] = {
         state, _arg(args, "role", q, optional=True), _arg(args, "online", q, (bool,), optional=True)
     ),
     "node": lambda state, args, q: node_info(state, _arg(args, "uid", q)),
+    "identities.revoked": lambda state, args, q: revocations(state),
 }
 
 

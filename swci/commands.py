@@ -40,20 +40,25 @@ __all__ = [
     "ListContexts",
     "ListContracts",
     "ListNodes",
+    "ListRevokedIdentities",
     "ListTaskrunnerPeers",
     "ListTaskrunners",
     "ListTasks",
     "Ls",
     "Perfdata",
+    "PerfdataHistory",
+    "PlotContract",
     "Pwd",
     "ResetContract",
     "ResetTaskrunner",
+    "RevokeIdentity",
     "SetContextEnv",
     "Sleep",
     "SwitchContext",
     "WaitForIp",
     "WaitForService",
     "WaitForTaskrunner",
+    "WatchContract",
 ]
 
 
@@ -357,6 +362,19 @@ class ListNodes(Command):
 
 
 @dataclass(frozen=True)
+class RevokeIdentity(Command):
+    """``REVOKE IDENTITY <identity> [reason]`` (ours)."""
+
+    identity: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ListRevokedIdentities(Command):
+    """``LIST REVOKED IDENTITIES`` (ours)."""
+
+
+@dataclass(frozen=True)
 class Sleep(Command):
     """``SLEEP <seconds>``."""
 
@@ -378,3 +396,30 @@ class WaitForService(Command):
 
     service: str
     retries: int | None = None
+
+
+# --- training views (extensions of open Swarm Learning) ----------------------------------
+
+
+@dataclass(frozen=True)
+class PerfdataHistory(Command):
+    """``PERFDATA <contract> HISTORY [TO <file>]``: every progress report and merged round."""
+
+    name: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class WatchContract(Command):
+    """``WATCH CONTRACT <contract> [timeout]``: the live view until the training is over."""
+
+    name: str
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class PlotContract(Command):
+    """``PLOT CONTRACT <contract> [TO <dir>]``: PNG training curves."""
+
+    name: str
+    path: str | None = None

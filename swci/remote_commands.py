@@ -16,13 +16,15 @@ ASSIGN TASK                        ``taskrunner.assign`` (peers: int or "ALL", o
 GET TASKRUNNER INFO / STATUS       queries ``taskrunner.info``, ``taskrunner.status``
 GET TASKRUNNER PEER STATUS         query ``taskrunner.peer_status``
 LIST TASKRUNNERS / ... PEERS       queries ``taskrunners``, ``taskrunner.peers``
-WAIT FOR TASKRUNNER                events of ``taskrunner`` + query ``taskrunner.status``
-LIST NODES                         query ``nodes``
+LIST NODES                         query ``nodes`` (online ones)
+REVOKE IDENTITY                    ``identity.revoke``
+LIST REVOKED IDENTITIES            query ``identities.revoked``
 GET CONTEXT VERSION                the SN's ``status``
 =================================  ==========================================================
 
 Handlers raise the bus's errors (``Rejected`` with the ledger's reason, ``RemoteError`` for a
-missing entity); :class:`swci.executor.SwciExecutor` turns them into failed results.
+missing entity); :class:`swci.executor.SwciExecutor` turns them into failed results. WAIT FOR
+TASKRUNNER and the training views are in :mod:`swci.training_commands`.
 """
 
 from __future__ import annotations
@@ -54,23 +56,24 @@ from swci.commands import (
     GetTaskrunnerStatus,
     ListContracts,
     ListNodes,
+    ListRevokedIdentities,
     ListTaskrunnerPeers,
     ListTaskrunners,
     ListTasks,
     Perfdata,
     ResetContract,
     ResetTaskrunner,
-    WaitForTaskrunner,
+    RevokeIdentity,
 )
 from swci.connection import LedgerLink
 from swci.output import Result
-from swci.progress import taskrunner_progress
 from swci.session import SessionState
 from swci.tables import (
     contract_status_table,
     contracts_table,
+    fmt_time,
     kv_table,
-    nodes_table,
+    node_lines,
     peer_status_table,
     perfdata_table,
     taskrunner_peers_table,
@@ -81,7 +84,7 @@ from swci.tables import (
     view_table,
 )
 from swci.task_files import create_task_from
-from swci.waiting import Settings, wait_for_taskrunner, wait_limit
+from swci.waiting import Settings
 
 __all__ = ["HANDLERS", "Call", "Handler"]
 
@@ -289,24 +292,29 @@ async def _taskrunner_peers(cmd: ListTaskrunnerPeers, call: Call) -> Result:
     return Result.success(table=taskrunner_peers_table(cmd.name, views), data=views)
 
 
-@_handles(WaitForTaskrunner)
-async def _wait_for_taskrunner(cmd: WaitForTaskrunner, call: Call) -> Result:
-    progress = taskrunner_progress(call.console, cmd.name, enabled=call.progress)
-    return await wait_for_taskrunner(
-        call.link,
-        cmd.name,
-        limit=lambda view: wait_limit(cmd.timeout, view, call.setting),
-        progress=progress,
-    )
-
-
 # --- nodes and the SN ------------------------------------------------------------------------------
 
 
 @_handles(ListNodes)
 async def _list_nodes(cmd: ListNodes, call: Call) -> Result:
-    views = await call.link.query("nodes")
-    return Result.success(table=nodes_table(views), data=views)
+    views = await call.link.query("nodes", online=True)
+    return Result.success(*node_lines(views), data=views)
+
+
+@_handles(RevokeIdentity)
+async def _revoke_identity(cmd: RevokeIdentity, call: Call) -> Result:
+    await call.link.submit("identity.revoke", {"identity": cmd.identity, "reason": cmd.reason})
+    return Result.success(f"Identity {cmd.identity} revoked", data={"identity": cmd.identity})
+
+
+@_handles(ListRevokedIdentities)
+async def _list_revoked(cmd: ListRevokedIdentities, call: Call) -> Result:
+    views = await call.link.query("identities.revoked")
+    lines = [
+        f"{v['identity']}: revoked by {v['by']} at {fmt_time(v['time'])} {v['reason']}".rstrip()
+        for v in views
+    ]
+    return Result.success(*(lines or ["no identity is revoked"]), data=views)
 
 
 @_handles(GetContextVersion)

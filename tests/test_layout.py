@@ -20,17 +20,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # Top-level package -> the project packages it may import (besides itself).
 ALLOWED: dict[str, frozenset[str]] = {
     "wire": frozenset(),
-    "taskdefs": frozenset(),
+    "taskdefs": frozenset({"wire"}),
     "certs": frozenset({"wire"}),
     "contracts": frozenset({"wire", "taskdefs"}),
     "swarmlearning": frozenset({"wire"}),
     "daemons": frozenset({"wire", "certs", "contracts", "taskdefs"}),
     "swci": frozenset({"wire", "certs", "taskdefs", "daemons"}),
+    "runscripts": frozenset({"certs", "daemons", "swci"}),
 }
 PACKAGES = tuple(ALLOWED)
 
 # The actors inside daemons/: each may use what daemons/ shares, never another actor.
-ACTORS = frozenset({"daemons.sn", "daemons.swop", "daemons.sl"})
+ACTORS = frozenset({"daemons.sn", "daemons.swop", "daemons.sl", "daemons.dashboard"})
 # The only parts of daemons/ the shell may use: the bus, identities and the SN's client.
 SWCI_MAY_USE = frozenset({"daemons.bus", "daemons.identity", "daemons.ledger_client"})
 # The one module that may import every actor: the `swarm` command dispatching to them.

@@ -34,6 +34,7 @@ from swci.progress import HashProgress
 from swci.remote_commands import HANDLERS
 from swci.runner import Outcome, run_line
 from swci.session import SessionState
+from swci.training_commands import TRAINING_HANDLERS
 from swci.waiting import TIMEOUT_WARNING, wait_limit
 from tests.conftest import RunningSN
 
@@ -400,9 +401,10 @@ async def test_list_nodes(shell: Shell, sn: RunningSN) -> None:
         ("sn-1", "SN", True),
         ("swop-1", "SWOP", True),
     ]
-    header = next(line for line in shell.output.splitlines() if "NodeType" in line)
-    assert all(column in header for column in ("Host", "Address", "UID", "ParentUUID", "LastSeen"))
-    assert f"mqtt://127.0.0.1:{sn.port}" in shell.output
+    lines = [line.split(", ") for line in shell.output.splitlines() if line.count(", ") == 6]
+    assert lines[0] == ["NODE TYPE", "HOST IP", "PORT", "CONTAINER NAME", "UUID", "PARENT UUID", "I-AM-ALIVE"]
+    assert lines[1][:6] == ["SENTINEL", "127.0.0.1", str(sn.port), "sn-1", "sn-1", ""]
+    assert [row[0] for row in lines[1:]] == ["SENTINEL", "SWOP"]
 
 
 async def test_contexts_are_persisted_and_switched(sn: RunningSN, tmp_path: Path) -> None:
@@ -533,5 +535,5 @@ async def test_a_broken_contexts_file_is_reported_not_raised(tmp_path: Path) -> 
 
 def test_every_command_has_an_executor() -> None:
     kinds = [getattr(commands, name) for name in commands.__all__ if name != "Command"]
-    handled = (*LOCAL_COMMANDS, *CONTEXT_COMMANDS, WaitForIp, WaitForService, *HANDLERS)
+    handled = (*LOCAL_COMMANDS, *CONTEXT_COMMANDS, WaitForIp, WaitForService, *HANDLERS, *TRAINING_HANDLERS)
     assert [kind.__name__ for kind in kinds if kind not in handled] == []

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -25,7 +26,7 @@ from daemons.bus.config import BrokerAddress, BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
-from daemons.bus.topics import Topics, sender_of, topic_matches
+from daemons.bus.topics import Topics, namespace_of, topic_matches
 from wire import (
     CodecError,
     Envelope,
@@ -53,13 +54,23 @@ class _PahoErrors(logging.Handler):
         self._on_error(record.getMessage())
 
 
-def _describe(exc: BaseException | str) -> str:
-    """Turn aiomqtt/paho/ssl failures into one line a user can act on."""
+NEEDS_CERTIFICATES = "this SN requires client certificates (--cert/--key/--capath)"
+NO_TLS = (
+    "does this SN run without certificates? Its broker does not speak TLS (then drop --cert/--key/--capath)"
+)
+
+
+def _describe(exc: BaseException | str, *, tls: bool | None = None) -> str:
+    """Turn aiomqtt/paho/ssl failures into one line a user can act on (``tls``: whether we use TLS)."""
     text = str(exc)
     cause = None if isinstance(exc, str) else exc.__cause__ or exc.__context__
     if isinstance(exc, ssl.SSLCertVerificationError) or isinstance(cause, ssl.SSLCertVerificationError):
         return f"the broker's certificate is not trusted ({exc}); is it from this swarm's CA?"
     lowered = text.lower()
+    if tls is False and ("reset by peer" in lowered or "errno 104" in lowered):
+        return f"{NEEDS_CERTIFICATES}; its broker closed our plain connection ({text})"
+    if tls and any(m in lowered for m in ("wrong version number", "record layer failure", "reset by peer")):
+        return f"{NO_TLS} ({text})"
     if "certificate required" in lowered:
         return f"the broker requires a TLS client certificate and we sent none ({text})"
     if "unknown ca" in lowered:
@@ -73,11 +84,13 @@ def _describe(exc: BaseException | str) -> str:
     return text or type(exc).__name__
 
 
-def _is_fatal(exc: BaseException | str) -> bool:
-    """Errors that another attempt cannot fix (bad certificates, refused identity)."""
+def _is_fatal(exc: BaseException | str, described: str = "") -> bool:
+    """Errors that another attempt cannot fix (bad certificates, refused identity, TLS mismatch)."""
     text = str(exc).lower()
-    return isinstance(exc, ssl.SSLError) or any(
-        marker in text for marker in ("certificate", "not authori", "ssl", "tls")
+    return (
+        isinstance(exc, ssl.SSLError)
+        or any(marker in text for marker in ("certificate", "not authori", "ssl", "tls"))
+        or described.startswith((NEEDS_CERTIFICATES, NO_TLS))
     )
 
 
@@ -93,10 +106,11 @@ class Bus:
         presence: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
-        self.topics = Topics(config.network)
+        self.topics = Topics(config.network, config.uid, config.identity or config.uid)
         self.signer = signer
         self.verifier = verifier
         self._presence = presence
+        self.session = secrets.token_hex(8)
         self._subs: list[Subscription] = []
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
@@ -126,6 +140,12 @@ class Bus:
         return self.config.role
 
     @property
+    def voucher(self) -> str | None:
+        """The identity that vouches for this node when the uid is not the certificate's CN."""
+        identity = self.config.identity
+        return None if identity in (None, self.uid) else identity
+
+    @property
     def connected(self) -> bool:
         """True while the connection is up."""
         return self._connected.is_set()
@@ -136,6 +156,8 @@ class Bus:
         await self._tasks.__aenter__()
         self.spawn(self._connection_loop(), "connection")
         self.spawn(self.rpc.run(), "replies")
+        if self._presence is not None:
+            self.spawn(self._guard_presence(), "presence-guard")
         try:
             await self._wait_first_connection()
         except BaseException:
@@ -255,15 +277,15 @@ class Bus:
     def _note_paho_error(self, text: str) -> None:
         if "timed out" in text.lower() and self._last_error:
             return
-        self._last_error = _describe(text)
-        if not self._ever_connected and _is_fatal(text):
+        self._last_error = _describe(text, tls=self.config.tls is not None)
+        if not self._ever_connected and _is_fatal(text, self._last_error):
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
         # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error).
         if not (self._last_error and "timed out" in str(exc).lower()):
-            self._last_error = _describe(exc)
-            if not self._ever_connected and _is_fatal(exc):
+            self._last_error = _describe(exc, tls=self.config.tls is not None)
+            if not self._ever_connected and _is_fatal(exc, self._last_error):
                 self._failed.set()
         if self._ever_connected:
             log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.broker, self._last_error)
@@ -293,8 +315,38 @@ class Bus:
 
     # --------------------------------------------------------------- presence
     def _presence_payload(self, state: str) -> bytes:
-        body = {"state": state, **(self._presence or {})}
+        body = {"state": state, **(self._presence or {}), "session": self.session}
         return self.encode("presence", body)
+
+    async def _guard_presence(self) -> None:
+        """Keep this session's presence when another session of the same uid overwrites it.
+
+        A second session (a copy started by mistake, or one that the ledger refused) publishes its
+        own retained presence, and its ``offline`` when it ends; this live session then says
+        ``online`` again, so that nobody takes the end of the other session for its own.
+        """
+        sub = self.add_subscription(self.topics.presence(self.uid))
+        async for message in sub:
+            raise_if_cancelling()
+            try:
+                env = self.open(message)
+            except CodecError:
+                continue
+            other = env.body.get("session")
+            if env.kind != "presence" or other == self.session or self._closing:
+                continue
+            state = env.body.get("state")
+            log.warning(
+                "bus[%s] another session (%s, host %s, pid %s) of this node says %s",
+                self.uid,
+                other,
+                env.body.get("host"),
+                env.body.get("pid"),
+                state,
+            )
+            if state != "online":
+                with contextlib.suppress(BusError, aiomqtt.MqttError):
+                    await self._publish_presence("online")
 
     async def _publish_presence(self, state: str) -> None:
         client = self._client
@@ -357,6 +409,7 @@ class Bus:
             signer=self.signer,
             reply_to=reply_to,
             corr=corr,
+            voucher=self.voucher,
         )
         return encode_envelope(env)
 
@@ -365,14 +418,17 @@ class Bus:
         await self.publish(topic, self.encode(kind, body), retain=retain)
 
     def open(self, message: Message) -> Envelope:
-        """Decode and verify an envelope; its sender must own the topic's namespace.
+        """Decode and verify an envelope; its identity and sender must own the topic's namespace.
 
         Raises CodecError (SignatureError) naming what is wrong.
         """
         env = decode_envelope(message.payload, verifier=self.verifier, what=f"message on {message.topic}")
-        owner = sender_of(message.topic)
-        if owner is not None and owner != env.sender:
-            raise CodecError(f"message on {message.topic} claims sender {env.sender!r}, not {owner!r}")
+        owner = namespace_of(message.topic)
+        if owner is not None and owner != (env.identity, env.sender):
+            raise CodecError(
+                f"message on {message.topic} comes from {env.sender!r} of identity {env.identity!r}, "
+                f"not from {owner[1]!r} of identity {owner[0]!r}"
+            )
         return env
 
     # -------------------------------------------------------------- subscribe
@@ -418,10 +474,14 @@ class Bus:
         body: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        role: str | None = None,
     ) -> Any:
-        """Ask ``target`` to run ``method``; returns its result or raises RequestTimeout/RemoteError."""
+        """Ask ``target`` to run ``method``; returns its result or raises RequestTimeout/RemoteError.
+
+        ``role``: accept only a reply of this role (a vouched SL cannot answer for an SN).
+        """
         return await self.rpc.request(
-            target, method, body or {}, timeout=timeout or self.config.request_timeout
+            target, method, body or {}, timeout=timeout or self.config.request_timeout, role=role
         )
 
     def serve(self, handler: Handler, *, concurrency: int = 32) -> RpcServer:

@@ -81,7 +81,7 @@ class SLNode:
                     prefer=self.options.sn_uid,
                     patience=patience,
                 )
-                attachment = Attachment(ledger, self._registration())
+                attachment = Attachment(ledger, self._registration(bus))
                 await attachment.attach(strict=True)
                 self.holder = StateHolder(bus)
                 bus.serve(self._rpc)
@@ -97,7 +97,7 @@ class SLNode:
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
 
-    def _registration(self) -> dict[str, Any]:
+    def _registration(self, bus: Bus) -> dict[str, Any]:
         opts = self.options
         return {
             "role": "sl",
@@ -106,6 +106,7 @@ class SLNode:
             "address": "",
             "pid": os.getpid(),
             "meta": {"program": opts.ml.command, **opts.meta},
+            "session": bus.session,
         }
 
     def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:

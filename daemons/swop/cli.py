@@ -7,9 +7,11 @@ import asyncio
 import socket
 from pathlib import Path
 
+from daemons.bus import BusConnectError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args
 from daemons.logs import setup_logging
+from daemons.swop.checks import check_profile
 from daemons.swop.node import SwopNode, SwopOptions
 from taskdefs import SwopProfile, TaskDefError, load_swop_profile
 
@@ -64,6 +66,7 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
     uid = args.uid or (identity.uid if identity else f"swop-{socket.gethostname().split('.')[0]}")
     if identity is not None and uid != identity.uid:
         raise ValueError(f"--uid {uid!r} differs from the certificate's CN {identity.uid!r}")
+    check_profile(profile, _profile_path(args), uid, identity)
     work_dir = (args.work_dir or Path.cwd() / f"swarm-{uid}").resolve()
     return SwopOptions(
         uid=uid,
@@ -89,5 +92,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, IdentityError, TaskDefError, OSError) as exc:
         raise SystemExit(f"swarm swop: {exc}") from None
     setup_logging(options.uid, log_dir=options.work_dir / "logs")
-    asyncio.run(_main(SwopNode(options)))
+    try:
+        asyncio.run(_main(SwopNode(options)))
+    except BusConnectError as exc:  # no broker, or a certificate mismatch: the message says which
+        raise SystemExit(f"swarm swop: {exc}") from None
     return 0

@@ -3,8 +3,10 @@
 It watches the taskrunner in the ledger. A new assignment that allocates work to this SWOP starts it:
 RUN_SWARM spawns one SL per allocated ``slnodedef``; other task types run here and report as the SWOP.
 Every peer's status goes to the ledger (RUNNING, COMPLETED, FAILED with exit code and last log lines).
-``RESET TASKRUNNER`` stops what still runs and removes the run directories (unless
-``SWOP_KEEP_CONTAINERS``); SIGTERM stops the children gently and ends the SWOP.
+Each SL's start, exit and completion is logged at INFO. ``RESET TASKRUNNER`` stops what still runs
+(an SL stopped so is logged as stopped, not failed), keeps the SLs' logs in ``<work-dir>/logs/<task>/``
+and removes the run directories (unless ``SWOP_KEEP_CONTAINERS``); SIGTERM stops the children gently
+and ends the SWOP.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +27,7 @@ from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity, open_bus
+from daemons.identity import Identity, node_name, open_bus
 from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
@@ -138,7 +141,12 @@ class SwopNode:
             "host": socket.gethostname(),
             "address": "",
             "pid": os.getpid(),
-            "meta": {"taskrunner": self.taskrunner, "group": self.options.profile.groupname},
+            "meta": {
+                "taskrunner": self.taskrunner,
+                "group": self.options.profile.groupname,
+                "name": node_name(bus.uid),
+            },
+            "session": bus.session,
         }
 
     async def _watch_always(self, group: asyncio.TaskGroup) -> None:
@@ -260,12 +268,18 @@ class SwopNode:
         uid = peer.spec.uid
         self.peers[uid] = peer
         await self._report(uid, "SL", "RUNNING", f"started in {peer.spec.run_dir}", None)
+        log.info("SL %s starting in %s", uid, peer.spec.run_dir)
         try:
             code = await peer.run()
         except OSError as exc:
+            log.warning("SL %s cannot start: %s", uid, exc)
             await self._report(uid, "SL", "FAILED", f"cannot start the SL: {exc}", 1)
             return
-        if code == 0:
+        log.info("SL %s (pid %s) exited with status %d", uid, peer.pid, code)
+        if peer.stopped:
+            log.info("SL %s stopped: this SWOP stopped it (RESET TASKRUNNER or shutdown)", uid)
+        elif code == 0:
+            log.info("SL %s completed: training finished", uid)
             await self._report(uid, "SL", "COMPLETED", "training finished", 0)
         else:
             description = peer.describe_failure(code)
@@ -306,5 +320,33 @@ class SwopNode:
             )
             return
         for peer in self.peers.values():
-            remove_run_dir(peer.spec.run_dir)
+            self._keep_logs(peer)
+            written = remove_run_dir(peer.spec.run_dir)
+            if written:
+                names = ", ".join(str(p) for p in written[:10]) + (" ..." if len(written) > 10 else "")
+                log.warning(
+                    "RESET removed %d file(s) that %s's program wrote outside its mounts (as a container "
+                    "removed with them would): %s; set SWOP_KEEP_CONTAINERS=True to keep them",
+                    len(written),
+                    peer.spec.uid,
+                    names,
+                )
         self.peers.clear()
+
+    def _keep_logs(self, peer: SLPeer) -> None:
+        """Copy the SL's and its ML program's logs out of the run directory before it goes."""
+        run_dir = peer.spec.run_dir
+        kept = self.options.work_dir / "logs" / run_dir.parent.name / peer.spec.uid
+        try:
+            logs = [
+                p
+                for p in run_dir.iterdir()
+                if p.is_file() and not p.is_symlink() and p.suffix in (".log", ".out")
+            ]
+            kept.mkdir(parents=True, exist_ok=True)
+            for path in logs:
+                shutil.copy2(path, kept / path.name)
+        except OSError as exc:
+            log.warning("could not keep the logs of SL %s from %s: %s", peer.spec.uid, run_dir, exc)
+            return
+        log.info("logs of SL %s kept in %s", peer.spec.uid, kept)

@@ -114,6 +114,7 @@ class SLPeer:
     def __init__(self, spec: PeerSpec) -> None:
         self.spec = spec
         self.tail: deque[str] = deque(maxlen=12)
+        self.stopped = False
         self._proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -145,8 +146,14 @@ class SLPeer:
         lines = [_short(line) for line in self.tail if line.strip()][-6:]
         return f"exit code {code}; last lines:\n" + "\n".join(lines)
 
+    @property
+    def pid(self) -> int | None:
+        """The SL's process id, once started."""
+        return self._proc.pid if self._proc is not None else None
+
     async def stop(self, grace: float = 15.0) -> None:
         """SIGTERM the SL (which stops its ML program), SIGKILL after ``grace`` seconds."""
+        self.stopped = True
         if self._proc is not None:
             await stop_process_group(self._proc, grace)
 
