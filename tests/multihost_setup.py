@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import TypeVar
 
 from certs.pki import create_ca, issue_identity
 from tests.netns import Host
-from tests.swarm_helpers import PROGRAM
+from tests.swarm_helpers import write_tiny_task
 
 T = TypeVar("T")
 RUNNER = "defaulttaskbb.taskdb.sml.hpe"
@@ -95,10 +94,8 @@ def start_sn(
 def write_profile(
     work: Path, swop: str, sls: list[tuple[str, Ident | None]], envvars: dict[str, object]
 ) -> Path:
-    """A SWOP profile for ``swop`` with one slnodedef per SL (its identity, private data dir)."""
-    model = work / "model"
-    model.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROGRAM, model / PROGRAM.name)
+    """A SWOP profile for ``swop`` with one slnodedef per SL (its identity, private data dir), and the
+    tiny program's task ``work/run_tiny.yaml``."""
     lines = [
         "groupname: test", f"taskrunner: {RUNNER}", "policyuri: ~",
         "resourcemgr: {mgrtype: DOCKER, accessinfo: {accesstype: FROMENV}}", "network: test-net",
@@ -126,25 +123,7 @@ def write_profile(
         ]  # fmt: skip
     path = work / f"{swop}-profile.yaml"
     path.write_text("\n".join(lines) + "\n")
-    env = ", ".join(f'"{k}": {v}' for k, v in {"SCRATCH_DIR": "scratch", **envvars}.items())
-    (work / "run_tiny.yaml").write_text(
-        f"""Name: run_tiny
-TaskType: RUN_SWARM
-Author: tests
-Prereq: ROOTTASK
-Outcome: run_tiny
-Body:
-    Command: model/{PROGRAM.name}
-    Entrypoint: python3
-    WorkingDir: /tmp/test
-    Envvars: [{env}]
-    PrivateContent: /tmp/test/
-    SharedContent:
-    -   Src: {model}
-        Tgt: /tmp/test/model
-        MType: BIND
-"""
-    )
+    write_tiny_task(work, envvars)
     return path
 
 

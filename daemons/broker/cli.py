@@ -50,11 +50,17 @@ def tls_from_args(cert: Path | None, key: Path | None, ca: Path | None) -> Broke
     return BrokerTLS(ca_file, cert, key)
 
 
-async def _serve(broker: ManagedBroker) -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM and SIGINT set."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _serve(broker: ManagedBroker) -> None:
+    stop = _stop_on_signals()
     async with asyncio.TaskGroup() as group:
         supervisor = group.create_task(broker.supervise())
         await stop.wait()
@@ -63,10 +69,7 @@ async def _serve(broker: ManagedBroker) -> None:
 
 
 async def _serve_nats(node: NatsNode) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     async with asyncio.TaskGroup() as group:
         exited = group.create_task(node.wait())
         stopping = group.create_task(stop.wait())

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemons.broker.process import BrokerError, die_with_parent
+from daemons.broker.process import BrokerError, die_with_parent, stop_process
 from daemons.broker.settings import DEFAULT_MAX_PACKET, BrokerTLS
 
 __all__ = ["NATS_PORT", "NatsNode", "NatsSettings", "find_nats_server", "render_nats_config"]
@@ -182,13 +182,4 @@ class NatsNode:
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM (lame-duck shutdown), SIGKILL after ``grace`` seconds."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, grace)
