@@ -57,6 +57,7 @@ class ClusterRole:
         self._advanced = asyncio.Condition()
         self.sealing = False
         self.fenced = asyncio.Event()
+        self._revision = 0
 
     @property
     def ledger(self) -> Ledger:
@@ -203,18 +204,27 @@ class ClusterRole:
         log.warning("this SN seals now (lease won; caught up to block %d)", head)
         self.fenced.clear()
         self.sealing = True
+        self._revision = revision
         try:
             async with asyncio.TaskGroup() as group:
                 role = group.create_task(sealing_role(self.ledger), name="sn.sealing")
-                await self._keep_lease(revision)
+                await self._keep_lease()
                 role.cancel()
-        except* (Fenced, ChainLogError) as group_exc:
-            log.warning("stopped sealing: %s", group_exc.exceptions[0])
+        except asyncio.CancelledError:  # the SN stops: hand the lease over now, not when it expires
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.log.release(self._revision))
+            raise
+        except ExceptionGroup as group_exc:
+            stopped, rest = group_exc.split((Fenced, ChainLogError))
+            if rest is not None:
+                raise rest from None
+            assert stopped is not None  # noqa: S101 - one of the two parts is not None
+            log.warning("stopped sealing: %s", stopped.exceptions[0])
         finally:
             self.sealing = False
         log.warning("this SN no longer seals (held the lease %.1f s)", time.monotonic() - started)
 
-    async def _keep_lease(self, revision: int) -> None:
+    async def _keep_lease(self) -> None:
         """Renew every third of the lease; return when it is lost (or the sealer was fenced)."""
         every = self.log.lease / 3
         while not self.fenced.is_set():
@@ -225,7 +235,7 @@ class ClusterRole:
                 return
             try:
                 async with asyncio.timeout(every):
-                    revision = await self.log.renew(revision)
+                    self._revision = await self.log.renew(self._revision)
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, TimeoutError) as exc:
                 log.warning("lost the sealer lease: %s", exc or type(exc).__name__)
                 return
