@@ -259,6 +259,7 @@ class LedgerClient:
         deadline: float | None = None
         attempt = 0
         while True:
+            raise_if_cancelling()  # a cancellation swallowed below (aiomqtt's wait_for) still ends us
             wait = min(timeout or self.timeout, patience.attempt)
             try:
                 return await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
@@ -285,6 +286,7 @@ class LedgerClient:
             if on_retry is not None:
                 on_retry()
             await self._choose_sn()
+            raise_if_cancelling()
 
     async def _choose_sn(self) -> None:
         """After a failure: another online SN if there is one (failover), else the same one."""

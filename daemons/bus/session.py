@@ -454,6 +454,7 @@ class Bus:
             if client_now is not None and all(s.filter != topic_filter for s in self._subs):
                 with contextlib.suppress(aiomqtt.MqttError, asyncio.CancelledError):
                     await client_now.unsubscribe(topic_filter)
+                raise_if_cancelling()  # the suppress above must not swallow our own cancellation
 
     def add_subscription(self, topic_filter: str, *, maxsize: int = 1000) -> Subscription:
         """A subscription for the whole session (subscribed on the next (re)connect or now)."""
