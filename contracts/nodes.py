@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from contracts import rounds, taskrunners
+from contracts import rounds, taskrunners, trials
 from contracts.state import Node, State, put
 from contracts.tx import RejectError, Tx
 
@@ -48,4 +48,5 @@ def offline(state: State, tx: Tx) -> State:
         member = contract.members.get(uid)
         if member is not None and member.status != "left":
             state = rounds.member_offline(state, name, uid, tx.time, reason or "went offline")
+    state = trials.swop_offline(state, uid, tx.time)
     return taskrunners.swop_offline(state, uid, tx.time)

@@ -17,6 +17,7 @@ from taskdefs.bodies import (
     PullAuth,
     PullImageBody,
     RunSwarmBody,
+    RunTrialsBody,
     SharedMount,
     TaskBody,
     UserContentOp,
@@ -57,6 +58,7 @@ from taskdefs.task import (
     parse_task_definition,
     validate_task_body,
 )
+from taskdefs.trials import MAX_TRIALS, ParamRange, SearchSpace, TrialParams, expand_search
 
 __all__ = [
     "BODY_MODELS",
@@ -81,6 +83,12 @@ __all__ = [
     "PullImageBody",
     "ResourceManager",
     "RunSwarmBody",
+    "RunTrialsBody",
+    "SearchSpace",
+    "ParamRange",
+    "TrialParams",
+    "MAX_TRIALS",
+    "expand_search",
     "SharedMount",
     "SlNodeDef",
     "SwopProfile",
