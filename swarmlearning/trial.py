@@ -51,7 +51,7 @@ def report_trial(
     report = {"metrics": clean, "probabilities": _rows(probabilities), "probes": _rows(probes)}
     target = os.environ.get("SWARM_TRIAL_RESULT")
     if not target:
-        print("trial result:", json.dumps(clean, sort_keys=True), flush=True)  # noqa: T201 - standalone run
+        print("trial result:", json.dumps(clean, sort_keys=True), flush=True)
         return
     path = Path(target)
     partial = path.with_suffix(".partial")

@@ -39,4 +39,6 @@ for _ in range(steps):
     w -= lr * train_x.T @ p / len(train_y)
 val_error = float(np.mean(softmax(val_x @ w).argmax(axis=1) != val_y))
 probes = val_x[:2]
-report_trial({"val_error": val_error, "lr": lr}, probabilities=softmax(probes @ w).tolist(), probes=probes.tolist())
+report_trial(
+    {"val_error": val_error, "lr": lr}, probabilities=softmax(probes @ w).tolist(), probes=probes.tolist()
+)
