@@ -14,7 +14,7 @@ from swci.completion import TASK_TYPES, SwciCompleter, suggest
 
 ROOT = [
     "APPEND", "ASSIGN", "CD", "CREATE", "DELETE", "EXIT", "FINALIZE", "GET", "HELP",
-    "LIST", "LS", "PERFDATA", "PWD", "RESET", "SET", "SLEEP", "SWITCH", "WAIT",
+    "LIST", "LS", "PERFDATA", "PLOT", "PWD", "RESET", "SET", "SLEEP", "SWITCH", "WAIT",
 ]  # fmt: skip
 
 SUGGEST: list[tuple[str, list[str]]] = [
@@ -32,12 +32,12 @@ SUGGEST: list[tuple[str, list[str]]] = [
     ("create context demo ", ["WITH"]),
     ("create context demo with ", ["IP", "SERVICE"]),
     ("create context demo with ip sn1 ", ["<port>"]),
-    ("get ", ["CONTEXT", "CONTRACT", "TASK", "TASKRUNNER"]),
+    ("get ", ["BEST", "CONTEXT", "CONTRACT", "TASK", "TASKRUNNER"]),
     ("GET TASKRUNNER ", ["INFO", "PEER", "STATUS"]),
     ("get taskrunner peer ", ["STATUS"]),
     ("get taskrunner peer status tr ", ["<index|uid>"]),
     ("get context info ", ["<ctx>"]),
-    ("list ", ["CONTEXT", "CONTEXTS", "CONTRACTS", "NODES", "TASKRUNNER", "TASKRUNNERS", "TASKS"]),
+    ("list ", ["CONTEXT", "CONTEXTS", "CONTRACTS", "NODES", "TASKRUNNER", "TASKRUNNERS", "TASKS", "TRIALS"]),
     ("list taskrunner ", ["PEERS"]),
     ("assign task ", ["<task>"]),
     ("assign task t ", ["TO"]),

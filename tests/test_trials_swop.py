@@ -130,3 +130,13 @@ def test_a_grid_over_two_swop_hosts_completes_with_a_killed_trial_retried(
     assert all(len(t["probabilities"]) == 2 for t in trials)
     best = min(trials, key=lambda t: (t["metrics"]["val_error"], t["index"]))
     assert study["best"] == best["index"]
+
+    plots = tmp_path / "plots"
+    shown = swci(sn, "LIST TRIALS grid", "GET BEST TRIAL grid", f"PLOT TRIALS grid TO {plots}")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "Trials of grid (GRID, finished): 6 completed, 0 running, 0 pending, 0 failed" in shown.stdout
+    assert f"BEST TRIAL : {best['index']}" in shown.stdout
+    assert f"PARAMETERS : LR={best['params']['LR']:.4g}, STEPS={best['params']['STEPS']}" in shown.stdout
+    pngs = sorted(p.name for p in plots.glob("*.png"))
+    assert pngs == ["grid-prediction-certainty.png", "grid-val_error-by-parameter.png"]
+    assert all((plots / name).read_bytes().startswith(b"\x89PNG") for name in pngs)
