@@ -81,6 +81,8 @@ def peer_spec(
         argv += ["--ml-e", f"{key}={value}"]
     if node.gpus is not None:
         argv += ["--ml-gpus", str(node.gpus)]
+    if node.nproc is not None:
+        argv += ["--ml-nproc", str(node.nproc)]
     for flag, a_type in (("--cert", "CERT"), ("--key", "KEY"), ("--capath", "CAPATH")):
         src = node.identity_src(a_type) or (node.identity_src("CACERT") if a_type == "CAPATH" else None)
         if src:
