@@ -68,7 +68,8 @@ def _label(value: Any) -> str:
 
 
 def metric_plot(study: View, path: Path) -> Path | None:
-    """Box plots of the metric of the completed trials per value of each parameter that varies."""
+    """Box plots of the metric of the completed trials per value of each parameter that varies (seeds,
+    parameters named ``...SEED``, are left out: a box per bootstrap sample says nothing)."""
     metric = str(study["metric"])
     done = [t for t in study["trials"] if t["status"] == "COMPLETED" and metric in t["metrics"]]
     names = [
