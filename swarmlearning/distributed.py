@@ -3,12 +3,15 @@
 A node with ``nproc`` > 1 (``usrcontaineropts: [nproc: gpus]``, or ``swarm sl --ml-nproc``) runs its
 program as one rank per process. ``start_distributed()`` joins them (NCCL on GPUs, gloo on CPU) and
 returns this rank's device; ``SwarmCallback`` then syncs through rank 0 and broadcasts to the others.
-``end_distributed()`` leaves: every rank waits for the others before the group is destroyed, so that no
-rank closes its connections while another still uses them (a gloo rank then aborts at exit).
+``end_distributed()`` leaves. Drop the DistributedDataParallel model (and the SwarmCallback that holds
+it) before calling it: DDP keeps the process group alive, and a group that is only destroyed when the
+interpreter exits takes gloo's threads down with it there, which aborts the rank ("terminate called
+without an active exception", SIGABRT; torchrun then stops the other ranks and the node fails).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 
 import torch
@@ -37,7 +40,9 @@ def is_main_rank() -> bool:
 
 
 def end_distributed() -> None:
-    """Leave the process group: wait for every rank, then destroy the group (nothing outside torchrun)."""
+    """Leave the process group (nothing outside torchrun): free what dropped models held, wait for every
+    rank, then destroy the group while the interpreter is fully alive."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()

@@ -71,6 +71,7 @@ scratch.mkdir(parents=True, exist_ok=True)
 if rank == 0:
     torch.save(state, scratch / "final_model.pt")
 print(f"FINAL_DIGEST {digest}" + (f" rank {rank}" if world > 1 else ""), flush=True)
-# Every rank waits for the others before the group goes: a rank that tears its connections down while
-# another still finishes makes that one abort at exit ("terminate called without an active exception").
+# DDP (and the callback holding it) keep the process group alive; a group left to the interpreter's exit
+# aborts the rank there ("terminate called without an active exception"). Drop them, then leave.
+del callback, model, opt
 end_distributed()

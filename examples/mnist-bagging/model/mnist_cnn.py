@@ -142,6 +142,7 @@ def main() -> None:
             probabilities=probabilities[:PROBES].tolist(),
             probes=probes.tolist(),
         )
+    del callback, model, opt  # they hold the process group: let it go before leaving (see end_distributed)
     end_distributed()
 
 
