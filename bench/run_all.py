@@ -36,6 +36,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("swarm", "bench.swarm"),
     ("flower", "bench.flower_compare"),
     ("scale", "bench.scale"),
+    ("fuzz", "bench.fuzz"),
 )
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,

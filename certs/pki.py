@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from wire import CodecError, check_uid
+from wire.files import MAX_CERT_FILE_BYTES, UnsafeFileError, read_bounded
 
 __all__ = [
     "CA_CERT_NAME",
@@ -109,11 +110,13 @@ class IdentityInfo:
 
 def _read(path: StrPath, what: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return read_bounded(path, MAX_CERT_FILE_BYTES)
     except FileNotFoundError:
         raise CertError(f"{what} file {path} does not exist") from None
     except IsADirectoryError:
         raise CertError(f"{what} file {path} is a directory, expected a PEM file") from None
+    except UnsafeFileError as exc:
+        raise CertError(f"{what} file {path} {exc.strerror}") from None
     except OSError as exc:
         raise CertError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
 

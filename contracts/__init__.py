@@ -7,7 +7,7 @@ of the swci shell.
 It may import ``wire`` and ``taskdefs`` (to check task bodies), never an actor: it runs anywhere.
 """
 
-from contracts.blockstore import BlockStore, ChainError, LedgerError
+from contracts.blockstore import BlockStore, ChainError, LedgerError, StorageError
 from contracts.ledger import Accepted, Ledger, SealResult
 from contracts.machine import (
     DEFAULT_CONTRACT,
@@ -34,6 +34,7 @@ __all__ = [
     "ChainError",
     "Ledger",
     "LedgerError",
+    "StorageError",
     "QueryError",
     "Rejection",
     "SealResult",

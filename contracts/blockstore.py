@@ -19,7 +19,7 @@ from contracts.block import GENESIS_PREV, Block, BlockError, decode_block, tx_ha
 from wire.envelope import VerifierLike
 from wire.limits import packb
 
-__all__ = ["BlockStore", "ChainError", "LedgerError"]
+__all__ = ["BlockStore", "ChainError", "LedgerError", "StorageError"]
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL)",
@@ -31,6 +31,10 @@ _SCHEMA = (
 
 class LedgerError(Exception):
     """Base of the ledger's errors."""
+
+
+class StorageError(LedgerError):
+    """A block could not be written (e.g. the disk is full); the store and the chain are unchanged."""
 
 
 class ChainError(LedgerError):
@@ -227,11 +231,12 @@ class BlockStore:
 
         Raises:
             ValueError: when the block does not extend the chain or breaks its signedness.
+            StorageError: when SQLite cannot write it (a full disk, a read-only file); nothing was stored.
         """
         self._check_extends(block)
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
+            conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO blocks VALUES (?, ?, ?)", (block.height, block.hash, block.raw))
             conn.executemany(
                 "INSERT INTO txs VALUES (?, ?, ?)",
@@ -242,13 +247,20 @@ class BlockStore:
             head = packb([block.height, block.hash, block.time])
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('head', ?)", (head,))
             conn.execute("COMMIT")
+        except sqlite3.Error as exc:  # SQLite may have rolled back already (a full disk does that)
+            self._rollback()
+            raise StorageError(f"cannot store block {block.height} in {self.path}: {exc}") from None
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._rollback()
             raise
         if block.height == 0:
             self._signed = block.sig is not None
         self._head = (block.height, block.hash, block.time)
         self._tx_count += len(block.txs)
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
     def _check_extends(self, block: Block) -> None:
         if block.height != self.height + 1 or block.prev_hash != self.head_hash:

@@ -35,6 +35,7 @@ Handler = Callable[[State, Tx], State]
 _HANDLERS: Mapping[str, Handler] = {
     "node.register": nodes.register,
     "node.offline": nodes.offline,
+    "identity.revoke": nodes.revoke,
     "contract.create": training.create,
     "contract.reset": training.reset,
     "contract.join": training.join,
@@ -69,6 +70,7 @@ def apply(
     """
     try:
         tx = check_tx(tx)
+        nodes.check_identity(state, tx)
         if tx.kind == "task.finalize":
             return tasks.finalize(state, tx, validate_body)
         return _HANDLERS[tx.kind](state, tx)
@@ -116,12 +118,13 @@ def next_deadline(state: State) -> float | None:
 def changed_entities(old: State, new: State) -> list[tuple[str, str]]:
     """``(entity kind, key)`` of every entity added, removed or replaced between ``old`` and ``new``.
 
-    Kinds: ``node``, ``contract``, ``round`` (key: the contract), ``task``, ``taskrunner``, ``study``
-    (key: the ``RUN_TRIALS`` task).
+    Kinds: ``node``, ``contract``, ``round`` (key: the contract), ``task``, ``taskrunner``, ``identity``
+    (a revocation), ``study`` (key: the ``RUN_TRIALS`` task).
     """
     out: list[tuple[str, str]] = []
     for kind, before, after in (
         ("node", old.nodes, new.nodes),
+        ("identity", old.revoked, new.revoked),
         ("contract", old.contracts, new.contracts),
         ("round", old.rounds, new.rounds),
         ("task", old.tasks, new.tasks),

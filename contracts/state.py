@@ -31,6 +31,7 @@ __all__ = [
     "Node",
     "Params",
     "PeerStatus",
+    "Revocation",
     "Round",
     "Rounds",
     "State",
@@ -80,6 +81,18 @@ class Node:
     registered_at: float
     last_seen: float
     offline_reason: str = ""
+    identity: str = ""
+    session: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    """An identity (certificate CN) an administrator revoked: refused from then on."""
+
+    identity: str
+    by: str
+    time: float
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +279,7 @@ class State:
     rounds: Mapping[str, Rounds] = field(default_factory=dict)
     tasks: Mapping[str, Task] = field(default_factory=dict)
     taskrunners: Mapping[str, TaskRunner] = field(default_factory=dict)
+    revoked: Mapping[str, Revocation] = field(default_factory=dict)
     studies: Mapping[str, Study] = field(default_factory=dict)
 
 

@@ -42,13 +42,22 @@ PEER_STATUSES = ("STARTING", "RUNNING", "COMPLETED", "FAILED")
 
 @dataclass(frozen=True, slots=True)
 class Tx:
-    """One transaction: ``kind`` without the ``tx:`` prefix; ``time`` is the block time."""
+    """One transaction: ``kind`` without the ``tx:`` prefix; ``time`` is the block time.
+
+    ``identity``: the certificate (CN) the sender signed with; "" means the sender itself.
+    """
 
     kind: str
     sender: str
     role: str
     body: Mapping[str, Any]
     time: float
+    identity: str = ""
+
+    @property
+    def signer(self) -> str:
+        """The identity that signed: ``identity``, or the sender when it speaks for itself."""
+        return self.identity or self.sender
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +123,16 @@ KINDS: Mapping[str, KindSpec] = {
             "address": f.Field(f.text(255), ""),
             "pid": f.Field(f.optional(f.integer(0)), None),
             "meta": f.Field(f.plain_map, {}),
+            "session": f.Field(f.text(64), ""),
         },
     ),
-    "node.offline": KindSpec(_SN, {"uid": f.Field(f.name), "reason": f.Field(f.text(500), "")}),
+    "node.offline": KindSpec(
+        _SN,
+        {"uid": f.Field(f.name), "reason": f.Field(f.text(500), ""), "session": f.Field(f.text(64), "")},
+    ),
+    "identity.revoke": KindSpec(
+        ADMIN_ROLES, {"identity": f.Field(f.name), "reason": f.Field(f.text(500), "")}
+    ),
     "contract.create": KindSpec(ADMIN_ROLES, {"name": f.Field(f.name)}),
     "contract.reset": KindSpec(ADMIN_ROLES, {"name": f.Field(f.name)}),
     "contract.join": KindSpec(
@@ -220,7 +236,7 @@ def check_tx(tx: Tx) -> Tx:
         body = f.check_fields(tx.body, spec.fields)
     except f.FieldError as exc:
         raise RejectError(f"tx:{tx.kind}: {exc}") from None
-    return Tx(tx.kind, tx.sender, tx.role, body, tx.time)
+    return Tx(tx.kind, tx.sender, tx.role, body, tx.time, tx.identity)
 
 
 def tx_from_envelope(env: Envelope, time: float) -> Tx | Rejection:
@@ -230,7 +246,7 @@ def tx_from_envelope(env: Envelope, time: float) -> Tx | Rejection:
     kind = env.kind[len(TX_PREFIX) :]
     if kind not in KINDS:
         return Rejection(f"unknown transaction kind {kind!r} (known: {', '.join(KINDS)})")
-    return Tx(kind, env.sender, env.role, env.body, time)
+    return Tx(kind, env.sender, env.role, env.body, time, env.voucher or "")
 
 
 def tx_from_wire(raw: bytes, time: float) -> Tx:
@@ -242,11 +258,11 @@ def tx_from_wire(raw: bytes, time: float) -> Tx:
     try:
         env = msgpack.unpackb(raw, raw=False, strict_map_key=True)
         body = msgpack.unpackb(env["b"], raw=False, strict_map_key=True)
-        kind, sender, role = env["k"], env["s"], env["r"]
+        kind, sender, role, voucher = env["k"], env["s"], env["r"], env.get("i")
     except Exception as exc:
         msg = f"not a transaction envelope ({type(exc).__name__}: {exc})"
         raise ValueError(msg) from None
     if not isinstance(kind, str) or not kind.startswith(TX_PREFIX) or not isinstance(body, dict):
         msg = f"not a transaction envelope (kind {kind!r})"
         raise ValueError(msg)
-    return Tx(kind[len(TX_PREFIX) :], str(sender), str(role), body, time)
+    return Tx(kind[len(TX_PREFIX) :], str(sender), str(role), body, time, str(voucher or ""))

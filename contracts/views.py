@@ -30,6 +30,8 @@ __all__ = [
     "node_info",
     "perfdata",
     "query",
+    "revocation",
+    "revocations",
     "rounds",
     "task_body",
     "task_info",
@@ -400,7 +402,24 @@ def _node_view(node: Node) -> View:
         "registered_at": node.registered_at,
         "last_seen": node.last_seen,
         "offline_reason": node.offline_reason,
+        "identity": node.identity or node.uid,
+        "session": node.session,
+        "name": str(node.meta.get("name") or node.uid),
+        "sentinel": node.meta.get("sentinel") is True,
     }
+
+
+def revocation(state: State, identity: str) -> View:
+    """One revoked identity: who revoked it, when and why."""
+    entry = state.revoked.get(identity)
+    if entry is None:
+        raise QueryError(f"identity {identity!r} is not revoked")
+    return {"identity": entry.identity, "by": entry.by, "time": entry.time, "reason": entry.reason}
+
+
+def revocations(state: State) -> list[View]:
+    """Every revoked identity."""
+    return [revocation(state, name) for name in sorted(state.revoked)]
 
 
 def list_nodes(state: State, role: str | None = None, online: bool | None = None) -> list[View]:
@@ -431,6 +450,7 @@ def entity_view(state: State, kind: str, key: str) -> View | None:
         "round": (state.rounds, rounds_brief),
         "task": (state.tasks, task_info),
         "taskrunner": (state.taskrunners, taskrunner_status),
+        "identity": (state.revoked, revocation),
         "study": (state.studies, study_brief),
     }
     if kind not in views:
@@ -483,6 +503,7 @@ QUERIES: Mapping[str, Callable[[State, Mapping[str, Any], str], Any]] = {
         state, _arg(args, "role", q, optional=True), _arg(args, "online", q, (bool,), optional=True)
     ),
     "node": lambda state, args, q: node_info(state, _arg(args, "uid", q)),
+    "identities.revoked": lambda state, args, q: revocations(state),
     "studies": lambda state, args, q: list_studies(state),
     "study": lambda state, args, q: study_view(
         state, _arg(args, "name", q), bool(_arg(args, "detail", q, (bool,), optional=True))

@@ -16,8 +16,20 @@ from typing import Any
 from certs import CertError, Signer, Verifier, check_identity, client_context
 from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
+from wire import check_uid
+from wire.envelope import VOUCHING_ROLES
 
-__all__ = ["Identity", "IdentityError", "add_identity_arguments", "identity_from_args", "open_bus"]
+__all__ = [
+    "Identity",
+    "IdentityError",
+    "add_identity_arguments",
+    "identity_from_args",
+    "node_name",
+    "node_uid",
+    "open_bus",
+]
+
+NODE_NAME_VAR = "SWARM_NODE_NAME"
 
 
 class IdentityError(ValueError):
@@ -70,6 +82,31 @@ class Identity:
         return self.ca
 
 
+def node_name(uid: str) -> str:
+    """The node's name as LIST NODES shows it (the reference's container name): ``--name``, else the uid."""
+    return os.environ.get(NODE_NAME_VAR) or uid
+
+
+def node_uid(identity: Identity | None, name: str | None, *, option: str = "--name") -> str | None:
+    """The uid a node runs as: ``name``, or the certificate's CN.
+
+    A name other than the CN is a node the identity vouches for (the reference's shared SL
+    certificate: ``sl1``..``sl4`` all present ``sl-1``); only SL identities may do that.
+    """
+    if name is None:
+        return identity.uid if identity else None
+    try:
+        check_uid(name, what=option)
+    except ValueError as exc:
+        raise IdentityError(str(exc)) from None
+    if identity is not None and name != identity.uid and identity.role not in VOUCHING_ROLES:
+        raise IdentityError(
+            f"{option} {name!r} differs from the certificate's CN {identity.uid!r}; only an SL "
+            "certificate may be shared by several nodes"
+        )
+    return name
+
+
 def open_bus(
     identity: Identity | None,
     broker: BrokerAddress,
@@ -82,7 +119,14 @@ def open_bus(
     """A bus session for ``uid``: with an identity, mutual TLS (mqtts) and signed, verified envelopes."""
     if identity is not None and not broker.tls:
         broker = BrokerAddress(broker.host, broker.port, tls=True)
-    config = BusConfig(broker, uid, role, network=network, tls=identity.tls() if identity else None)
+    config = BusConfig(
+        broker,
+        uid,
+        role,
+        network=network,
+        identity=identity.uid if identity else None,
+        tls=identity.tls() if identity else None,
+    )
     return Bus(
         config,
         signer=identity.signer() if identity else None,

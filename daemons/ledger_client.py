@@ -63,7 +63,7 @@ async def find_sn(bus: Bus, *, timeout: float = 30.0, prefer: str | None = None)
                 continue
             with contextlib.suppress(CodecError):
                 env = bus.open(message)
-                if env.kind == "presence" and env.role == "sn":
+                if env.kind == "presence" and env.role == "sn" and env.sender != bus.uid:
                     found[env.sender] = env.body
 
 
@@ -136,10 +136,12 @@ class LedgerClient:
     ) -> dict[str, Any]:
         """Sign and submit a transaction; returns its receipt or raises Rejected with the reason."""
         bus = self.bus
-        env = make_envelope(f"tx:{kind}", body, sender=bus.uid, role=bus.role, signer=bus.signer)
+        env = make_envelope(
+            f"tx:{kind}", body, sender=bus.uid, role=bus.role, signer=bus.signer, voucher=bus.voucher
+        )
         try:
             result = await bus.request(
-                self.sn, "submit", {"tx": encode_envelope(env)}, timeout=timeout or self.timeout
+                self.sn, "submit", {"tx": encode_envelope(env)}, timeout=timeout or self.timeout, role="sn"
             )
         except RemoteError as exc:
             if exc.code == "rejected":
@@ -150,11 +152,11 @@ class LedgerClient:
     async def query(self, query_name: str, /, *, timeout: float | None = None, **args: Any) -> Any:
         """A read of the ledger's state (see contracts.views.QUERIES for the names and arguments)."""
         body = {"name": query_name, "args": args}
-        return await self.bus.request(self.sn, "query", body, timeout=timeout or self.timeout)
+        return await self.bus.request(self.sn, "query", body, timeout=timeout or self.timeout, role="sn")
 
     async def status(self) -> dict[str, Any]:
         """The SN's own status: uid, height, head, sentinel, version."""
-        return dict(await self.bus.request(self.sn, "status", {}, timeout=self.timeout))
+        return dict(await self.bus.request(self.sn, "status", {}, timeout=self.timeout, role="sn"))
 
     @contextlib.asynccontextmanager
     async def watch(self, entity: str, key: str = "+") -> AsyncIterator[Watch]:

@@ -40,6 +40,7 @@ __all__ = [
     "ListContexts",
     "ListContracts",
     "ListNodes",
+    "ListRevokedIdentities",
     "ListTaskrunnerPeers",
     "ListTaskrunners",
     "ListTasks",
@@ -48,6 +49,7 @@ __all__ = [
     "Pwd",
     "ResetContract",
     "ResetTaskrunner",
+    "RevokeIdentity",
     "SetContextEnv",
     "Sleep",
     "SwitchContext",
@@ -354,6 +356,19 @@ class ExitOnFailure(Command):
 @dataclass(frozen=True)
 class ListNodes(Command):
     """``LIST NODES``."""
+
+
+@dataclass(frozen=True)
+class RevokeIdentity(Command):
+    """``REVOKE IDENTITY <identity> [reason]`` (ours)."""
+
+    identity: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ListRevokedIdentities(Command):
+    """``LIST REVOKED IDENTITIES`` (ours)."""
 
 
 @dataclass(frozen=True)

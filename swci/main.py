@@ -34,6 +34,7 @@ from swci.repl import run_repl
 from swci.runner import run_line
 from swci.script import run_script
 from swci.session import REFERENCE_USR_DIR, SessionState
+from wire.files import read_bounded, read_bounded_stream
 
 __all__ = ["build_parser", "main"]
 
@@ -205,16 +206,24 @@ def _script(args: argparse.Namespace, session: SessionState, interactive: bool) 
         base = session.usr_dir or Path.cwd()
         return _read(base / args.init_script_name, args.init_script_name)
     if not args.execute and not interactive:
-        return sys.stdin.read(), "<stdin>"
+        return _read_stdin()
     return None
 
 
 def _read(path: Path, source: str) -> tuple[str, str]:
     try:
-        return path.read_text(encoding="utf-8"), source
+        return read_bounded(path).decode("utf-8"), source
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise _UsageError(f"cannot read the script {path}: {reason}") from None
+
+
+def _read_stdin() -> tuple[str, str]:
+    try:
+        return read_bounded_stream(sys.stdin.buffer).decode("utf-8"), "<stdin>"
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _UsageError(f"cannot read the script on standard input: {reason}") from None
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ GET TASKRUNNER INFO / STATUS       queries ``taskrunner.info``, ``taskrunner.sta
 GET TASKRUNNER PEER STATUS         query ``taskrunner.peer_status``
 LIST TASKRUNNERS / ... PEERS       queries ``taskrunners``, ``taskrunner.peers``
 WAIT FOR TASKRUNNER                events of ``taskrunner`` + query ``taskrunner.status``
-LIST NODES                         query ``nodes``
+LIST NODES                         query ``nodes`` (online ones)
+REVOKE IDENTITY                    ``identity.revoke``
+LIST REVOKED IDENTITIES            query ``identities.revoked``
 GET CONTEXT VERSION                the SN's ``status``
 =================================  ==========================================================
 
@@ -54,12 +56,14 @@ from swci.commands import (
     GetTaskrunnerStatus,
     ListContracts,
     ListNodes,
+    ListRevokedIdentities,
     ListTaskrunnerPeers,
     ListTaskrunners,
     ListTasks,
     Perfdata,
     ResetContract,
     ResetTaskrunner,
+    RevokeIdentity,
     WaitForTaskrunner,
 )
 from swci.connection import LedgerLink
@@ -69,8 +73,9 @@ from swci.session import SessionState
 from swci.tables import (
     contract_status_table,
     contracts_table,
+    fmt_time,
     kv_table,
-    nodes_table,
+    node_lines,
     peer_status_table,
     perfdata_table,
     taskrunner_peers_table,
@@ -305,8 +310,24 @@ async def _wait_for_taskrunner(cmd: WaitForTaskrunner, call: Call) -> Result:
 
 @_handles(ListNodes)
 async def _list_nodes(cmd: ListNodes, call: Call) -> Result:
-    views = await call.link.query("nodes")
-    return Result.success(table=nodes_table(views), data=views)
+    views = await call.link.query("nodes", online=True)
+    return Result.success(*node_lines(views), data=views)
+
+
+@_handles(RevokeIdentity)
+async def _revoke_identity(cmd: RevokeIdentity, call: Call) -> Result:
+    await call.link.submit("identity.revoke", {"identity": cmd.identity, "reason": cmd.reason})
+    return Result.success(f"Identity {cmd.identity} revoked", data={"identity": cmd.identity})
+
+
+@_handles(ListRevokedIdentities)
+async def _list_revoked(cmd: ListRevokedIdentities, call: Call) -> Result:
+    views = await call.link.query("identities.revoked")
+    lines = [
+        f"{v['identity']}: revoked by {v['by']} at {fmt_time(v['time'])} {v['reason']}".rstrip()
+        for v in views
+    ]
+    return Result.success(*(lines or ["no identity is revoked"]), data=views)
 
 
 @_handles(GetContextVersion)

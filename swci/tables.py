@@ -17,7 +17,7 @@ __all__ = [
     "contracts_table",
     "fmt_time",
     "kv_table",
-    "nodes_table",
+    "node_lines",
     "peer_status_table",
     "perfdata_table",
     "taskrunner_peers_table",
@@ -154,19 +154,29 @@ def peer_status_table(view: View) -> Table:
     return Table.of(title, columns, _rows(view.get("peers") or [], keys))
 
 
-def nodes_table(views: Sequence[View]) -> Table:
-    """LIST NODES: NodeType, Host, Address, UID, ParentUUID, online, last seen."""
-    rows = [
-        [
-            view.get("type"),
-            view.get("host"),
-            view.get("address"),
-            view.get("uid"),
-            view.get("parent") or "",
-            "online" if view.get("online") else "offline",
-            fmt_time(view.get("last_seen")),
-        ]
-        for view in views
-    ]
-    columns = ("NodeType", "Host", "Address", "UID", "ParentUUID", "Status", "LastSeen")
-    return Table.of("Nodes", columns, rows)
+LIST_NODES_HEADER = "NODE TYPE, HOST IP, PORT, CONTAINER NAME, UUID, PARENT UUID, I-AM-ALIVE"
+
+
+def node_lines(views: Sequence[View]) -> list[str]:
+    """LIST NODES as the reference prints it: a header, then one comma-separated line per live node.
+
+    Columns: node type (SENTINEL, SN, SWOP, SL), host, port, container name (``run-* --name``), UUID,
+    parent UUID and the last "i-am-alive" time. Offline nodes are not listed.
+    """
+    lines = [LIST_NODES_HEADER]
+    for view in views:
+        if not view.get("online"):
+            continue
+        kind = "SENTINEL" if view.get("sentinel") else str(view.get("type") or "")
+        host, port = _host_port(view)
+        fields = (kind, host, port, view.get("name") or view.get("uid"), view.get("uid"), view.get("parent"))
+        lines.append(", ".join(str(f or "") for f in fields) + f", {fmt_time(view.get('last_seen'))}")
+    return lines
+
+
+def _host_port(view: View) -> tuple[str, str]:
+    address = str(view.get("address") or "")
+    if "://" in address:
+        host, _, port = address.split("://", 1)[1].rpartition(":")
+        return host, port
+    return str(view.get("host") or ""), ""

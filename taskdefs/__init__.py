@@ -5,7 +5,8 @@ reported as ``file:line:column: path: message`` in one :class:`TaskDefError`. Th
 task body as YAML lines (:func:`body_lines`) and checks them with :func:`validate_task_body`.
 :func:`container_build_plan` says what a Docker build means on a host without Docker.
 
-It imports nothing of the project: the ledger, the SWOP and swci all use it.
+It may import ``wire`` (bounded file reads) and nothing else of the project: the ledger, the SWOP and
+swci all use it.
 """
 
 from taskdefs.bodies import (

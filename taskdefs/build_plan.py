@@ -17,19 +17,31 @@ from taskdefs.bodies import MakeUserContainerBody
 from taskdefs.errors import TaskDefError
 
 __all__ = [
+    "IMAGE_PACKAGES",
     "REASON_HOST_PIP",
     "REASON_SWARM_CLIENT",
     "BuildPlan",
     "container_build_plan",
     "dockerfile_instructions",
+    "image_name",
 ]
 
 REASON_HOST_PIP = "pip of the host environment"
 REASON_SWARM_CLIENT = "provided by open-swarm-learning"
 
+# Well-known base images -> the Python packages they carry (installed when missing, matched to torch).
+IMAGE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "pytorch/pytorch": ("torch", "torchvision", "torchaudio"),
+    "nvcr.io/nvidia/pytorch": ("torch", "torchvision", "torchaudio"),
+    "rocm/pytorch": ("torch", "torchvision", "torchaudio"),
+    "tensorflow/tensorflow": ("tensorflow",),
+    "nvcr.io/nvidia/tensorflow": ("tensorflow",),
+    "python": (),
+    "ubuntu": (),
+    "debian": (),
+    "nvidia/cuda": (),
+}
 _INSTRUCTION_REASONS = {
-    "FROM": "base image; the host's Python environment takes its place "
-    "(what the image provides, e.g. torch, must be installed there)",
     "COPY": "no image file system; SharedContent and privatedata provide files",
     "ADD": "no image file system; SharedContent and privatedata provide files",
     "ENV": "no image environment; set variables in the task's Envvars or the profile's usrenvvars",
@@ -81,7 +93,7 @@ _DROP_WITH_VALUE = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class BuildPlan:
     """The host-side meaning of a container build.
 
@@ -93,6 +105,8 @@ class BuildPlan:
 
     requirements: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    image: str | None = None
+    image_packages: tuple[str, ...] = ()
 
 
 def dockerfile_instructions(steps: Iterable[str]) -> list[str]:
@@ -137,6 +151,8 @@ def _add_instruction(plan: BuildPlan, instruction: str) -> None:
     keyword = keyword.upper()
     if keyword == "RUN":
         _add_run(plan, rest.strip())
+    elif keyword == "FROM":
+        _add_image(plan, rest.strip())
     elif _mentions_swarm_client(instruction):
         plan.skipped.append((instruction, REASON_SWARM_CLIENT))
     elif keyword in _INSTRUCTION_REASONS:
@@ -145,6 +161,31 @@ def _add_instruction(plan: BuildPlan, instruction: str) -> None:
         plan.skipped.append((instruction, _REASON_METADATA))
     else:
         plan.skipped.append((instruction, "not a Dockerfile instruction"))
+
+
+def image_name(reference: str) -> str:
+    """``nvcr.io/nvidia/pytorch:24.01-py3`` -> ``nvcr.io/nvidia/pytorch`` (tag, digest, stage dropped)."""
+    words = [w for w in reference.split() if not w.startswith("--")]
+    name = (words[0] if words else "").split("@", 1)[0]
+    last = name.rsplit("/", 1)
+    if ":" in last[-1]:
+        name = name[: len(name) - len(last[-1])] + last[-1].split(":", 1)[0]
+    return name.removeprefix("docker.io/").removeprefix("library/").lower()
+
+
+def _add_image(plan: BuildPlan, reference: str) -> None:
+    name = image_name(reference)
+    plan.image = name
+    packages = IMAGE_PACKAGES.get(name)
+    if packages is None:
+        known = ", ".join(sorted(IMAGE_PACKAGES))
+        why = (
+            f"unknown base image {name!r}: what it carries is not known here, so nothing is installed for "
+            f"it; add RUN pip install lines for the packages it provides (known images: {known})"
+        )
+        plan.skipped.append((f"FROM {reference}", why))
+        return
+    plan.image_packages = packages
 
 
 def _add_run(plan: BuildPlan, script: str) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from taskdefs.errors import Issue, TaskDefError
+from wire.files import read_bounded
 
 __all__ = [
     "MAX_DEPTH",
@@ -254,7 +254,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
     """Read a UTF-8 file; unreadable files and bad bytes become a located ``TaskDefError``."""
     source = os.fspath(path)
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bounded(path)
     except OSError as exc:
         raise TaskDefError.single(source, f"cannot read the file: {exc.strerror or exc}") from None
     try:

@@ -281,12 +281,22 @@ class SwopProfile(StrictModel):
     @classmethod
     def _unique_idx(cls, nodes: list[NodeEntry]) -> list[NodeEntry]:
         seen: dict[int, int] = {}
+        hostnames: dict[str, int] = {}
         for index, entry in enumerate(nodes):
             idx = entry.slnodedef.idx
             if idx in seen:
                 msg = f"idx {idx} is used twice (also by nodes[{seen[idx]}]); each node needs its own"
                 raise located_error(msg, (index, "slnodedef", "idx"))
             seen[idx] = index
+            name = entry.slnodedef.slhostname
+            if name is not None and name in hostnames:
+                msg = (
+                    f"slhostname {name!r} is used twice (also by nodes[{hostnames[name]}]); it is the "
+                    "node's uid in the swarm, so each node needs its own"
+                )
+                raise located_error(msg, (index, "slnodedef", "slhostname"))
+            if name is not None:
+                hostnames[name] = index
         return nodes
 
     @property

@@ -82,7 +82,7 @@ async def test_garbage_and_forged_messages_do_not_hurt_the_server(make_bus: Make
     async with make_bus("sn-1", "sn") as server, make_bus("sl-1") as client:
         rpc = server.serve(echo)
         assert (await client.request("sn-1", "ping"))["sender"] == "sl-1"  # the server is subscribed
-        req_topic = server.topics.request("sl-1", "sn-1")
+        req_topic = client.topics.request("sl-1", "sn-1")
         await client.publish(req_topic, b"\x00\xff garbage")
         await client.publish(req_topic, b"")
         forged = encode_envelope(

@@ -90,8 +90,8 @@ async def test_broker_from_another_ca_is_not_trusted(swarm: Swarm, tmp_path: Pat
 
 async def test_an_identity_cannot_publish_on_another_identitys_topics(swarm: Swarm) -> None:
     async with swarm.bus("sn-1", "sn") as watcher, swarm.bus("sl-1", "sl") as intruder:
-        victim_topic = watcher.topics.presence("sl-2")
-        own_topic = watcher.topics.presence("sl-1")
+        victim_topic = watcher.topics.own("sl-2", "sl-2") + "/status"
+        own_topic = watcher.topics.own("sl-1", "sl-1") + "/status"
         async with watcher.subscribe(victim_topic) as victim, watcher.subscribe(own_topic) as own:
             fake = intruder.encode("presence", {"state": "offline"})
             await intruder.publish(victim_topic, fake)  # the broker's ACL drops it
@@ -105,7 +105,7 @@ async def test_tampered_or_unsigned_envelopes_are_rejected(swarm: Swarm) -> None
     async with swarm.bus("sn-1", "sn") as server, swarm.bus("sl-1", "sl") as client:
         rpc = server.serve(reply_ok)
         assert await client.request("sn-1", "hi") == {"hello": "sl-1"}  # the server is subscribed
-        topic = server.topics.request("sl-1", "sn-1")
+        topic = client.topics.request("sl-1", "sn-1")
         good = msgpack.unpackb(client.encode("req:hi", {"n": 1}, reply_to="sl-1", corr="c1"))
         good["b"] = msgpack.packb({"n": 2})  # change the body after signing
         await client.publish(topic, msgpack.packb(good))

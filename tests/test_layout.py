@@ -20,12 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # Top-level package -> the project packages it may import (besides itself).
 ALLOWED: dict[str, frozenset[str]] = {
     "wire": frozenset(),
-    "taskdefs": frozenset(),
+    "taskdefs": frozenset({"wire"}),
     "certs": frozenset({"wire"}),
     "contracts": frozenset({"wire", "taskdefs"}),
     "swarmlearning": frozenset({"wire"}),
     "daemons": frozenset({"wire", "certs", "contracts", "taskdefs"}),
     "swci": frozenset({"wire", "certs", "taskdefs", "daemons"}),
+    "runscripts": frozenset({"certs", "daemons", "swci"}),
 }
 PACKAGES = tuple(ALLOWED)
 

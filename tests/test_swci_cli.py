@@ -104,8 +104,8 @@ def test_a_script_that_ends_with_exit_succeeds(sn: RunningSN) -> None:
     script = f"CREATE CONTEXT test WITH IP 127.0.0.1 {sn.port}\nSWITCH CONTEXT test\nLIST NODES\nEXIT\n"
     done = swci(stdin=script)
     assert done.returncode == 0, done.stdout
-    assert "NodeType" in done.stdout
-    assert "sn-1" in done.stdout
+    assert "NODE TYPE, HOST IP, PORT, CONTAINER NAME, UUID, PARENT UUID, I-AM-ALIVE" in done.stdout
+    assert f"SENTINEL, 127.0.0.1, {sn.port}, sn-1, sn-1, ," in done.stdout
 
 
 def test_a_syntax_error_in_a_script_names_the_file_and_line(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from swci.completion import TASK_TYPES, SwciCompleter, suggest
 
 ROOT = [
     "APPEND", "ASSIGN", "CD", "CREATE", "DELETE", "EXIT", "FINALIZE", "GET", "HELP",
-    "LIST", "LS", "PERFDATA", "PLOT", "PWD", "RESET", "SET", "SLEEP", "SWITCH", "WAIT",
+    "LIST", "LS", "PERFDATA", "PLOT", "PWD", "RESET", "REVOKE", "SET", "SLEEP", "SWITCH", "WAIT",
 ]  # fmt: skip
 
 SUGGEST: list[tuple[str, list[str]]] = [
@@ -37,7 +37,20 @@ SUGGEST: list[tuple[str, list[str]]] = [
     ("get taskrunner peer ", ["STATUS"]),
     ("get taskrunner peer status tr ", ["<index|uid>"]),
     ("get context info ", ["<ctx>"]),
-    ("list ", ["CONTEXT", "CONTEXTS", "CONTRACTS", "NODES", "TASKRUNNER", "TASKRUNNERS", "TASKS", "TRIALS"]),
+    (
+        "list ",
+        [
+            "CONTEXT",
+            "CONTEXTS",
+            "CONTRACTS",
+            "NODES",
+            "REVOKED",
+            "TASKRUNNER",
+            "TASKRUNNERS",
+            "TASKS",
+            "TRIALS",
+        ],
+    ),
     ("list taskrunner ", ["PEERS"]),
     ("assign task ", ["<task>"]),
     ("assign task t ", ["TO"]),

@@ -400,9 +400,10 @@ async def test_list_nodes(shell: Shell, sn: RunningSN) -> None:
         ("sn-1", "SN", True),
         ("swop-1", "SWOP", True),
     ]
-    header = next(line for line in shell.output.splitlines() if "NodeType" in line)
-    assert all(column in header for column in ("Host", "Address", "UID", "ParentUUID", "LastSeen"))
-    assert f"mqtt://127.0.0.1:{sn.port}" in shell.output
+    lines = [line.split(", ") for line in shell.output.splitlines() if line.count(", ") == 6]
+    assert lines[0] == ["NODE TYPE", "HOST IP", "PORT", "CONTAINER NAME", "UUID", "PARENT UUID", "I-AM-ALIVE"]
+    assert lines[1][:6] == ["SENTINEL", "127.0.0.1", str(sn.port), "sn-1", "sn-1", ""]
+    assert [row[0] for row in lines[1:]] == ["SENTINEL", "SWOP"]
 
 
 async def test_contexts_are_persisted_and_switched(sn: RunningSN, tmp_path: Path) -> None:

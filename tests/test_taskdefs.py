@@ -471,11 +471,44 @@ def test_build_plan_of_the_reference_example() -> None:
     assert skipped["pip"] == REASON_HOST_PIP
     assert skipped["pip==23.3.2"] == REASON_HOST_PIP
     assert skipped[wheel] == REASON_SWARM_CLIENT
-    assert skipped["FROM tensorflow/tensorflow:2.7.0"].startswith("base image")
+    assert plan.image == "tensorflow/tensorflow"
+    assert plan.image_packages == ("tensorflow",)
+    assert "FROM tensorflow/tensorflow:2.7.0" not in skipped
     assert skipped["mkdir -p /tmp/hpe-swarmcli-pkg"].startswith("shell command")
     copy = next(what for what, _ in plan.skipped if what.startswith("COPY"))
     assert skipped[copy] == REASON_SWARM_CLIENT
     assert all(reason for _, reason in plan.skipped)
+
+
+@pytest.mark.parametrize(
+    ("line", "image", "packages"),
+    [
+        ("FROM pytorch/pytorch:1.13.0-cuda11.6-cudnn8-runtime", "pytorch/pytorch", ("torch", "torchvision")),
+        ("FROM nvcr.io/nvidia/pytorch:24.01-py3 AS base", "nvcr.io/nvidia/pytorch", ("torch", "torchvision")),
+        ("FROM docker.io/library/python:3.11-slim", "python", ()),
+        (
+            "FROM --platform=linux/amd64 tensorflow/tensorflow:2.7.0-gpu",
+            "tensorflow/tensorflow",
+            ("tensorflow",),
+        ),
+    ],
+)
+def test_a_well_known_base_image_brings_its_python_packages(
+    line: str, image: str, packages: tuple[str, ...]
+) -> None:
+    plan = _plan(line)
+    assert plan.image == image
+    assert set(packages) <= set(plan.image_packages)
+    assert not [what for what, _ in plan.skipped if what.startswith("FROM")]
+
+
+def test_an_unknown_base_image_is_reported_not_dropped() -> None:
+    plan = _plan("FROM example.org/lab/custom-ml:7", "RUN pip install scipy")
+    assert plan.image_packages == ()
+    why = dict(plan.skipped)["FROM example.org/lab/custom-ml:7"]
+    assert "unknown base image 'example.org/lab/custom-ml'" in why
+    assert "RUN pip install" in why
+    assert plan.requirements == ["scipy"]
 
 
 def _plan(*steps: str) -> taskdefs.BuildPlan:
@@ -612,12 +645,20 @@ def test_profile_variants() -> None:
 def _two_nodes(second_idx: int) -> str:
     node = PROFILE[PROFILE.index("  - slnodedef:") :]
     second = node.replace("idx: 0", f"idx: {second_idx}").replace("user1", "user2")
-    return PROFILE + second
+    return PROFILE + second.replace("slhostname: sl1", "slhostname: sl2")
 
 
 def test_profile_with_two_nodes() -> None:
     profile = parse_swop_profile(_two_nodes(1), base_dir="/srv/swop")
     assert [node.idx for node in profile.node_defs] == [0, 1]
+
+
+def test_a_duplicate_slhostname_is_refused_naming_both_nodes() -> None:
+    text = _two_nodes(1).replace("slhostname: sl2", "slhostname: sl1")
+    with pytest.raises(
+        TaskDefError, match=r"nodes\[1\].slnodedef.slhostname: slhostname 'sl1' is used twice"
+    ):
+        parse_swop_profile(text, base_dir="/srv/swop")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The wire format, a leaf: bounded msgpack, signed envelopes, local-socket frames, flat tensors and chunks.
+"""The wire format, a leaf: bounded msgpack, signed envelopes, local-socket frames, flat tensors and chunks,
+and bounded reads of the files users hand us.
 
 It imports nothing of the project; the ledger, the PKI, the daemons and the ML-side library all use it.
 No pickle anywhere.

@@ -2,7 +2,12 @@
 
 Wire form (msgpack map): ``v`` version, ``k`` kind, ``s`` sender uid, ``r`` sender role, ``t`` time,
 ``n`` nonce, ``b`` body (msgpack bytes), ``rt`` reply_to, ``c`` correlation id, ``sig`` signature,
-``crt`` sender's DER certificate. The signature covers ``msgpack([v, k, s, r, t, n, b, rt, c])``.
+``crt`` sender's DER certificate, ``i`` (optional) the identity that vouches for the sender. The signature
+covers ``msgpack([v, k, s, r, t, n, b, rt, c])``, with ``i`` appended when it is present.
+
+A *vouched* sender is a node whose uid is not its certificate's CN: the reference system gives several SL
+nodes of one profile the same certificate (``sl-1``) and names them by ``slhostname`` (``sl1``..``sl4``).
+Such an envelope carries ``i`` = the CN; only SL identities may vouch (``VOUCHING_ROLES``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ __all__ = [
     "UID_PATTERN",
     "Envelope",
     "SignerLike",
+    "VOUCHING_ROLES",
     "VerifierLike",
     "check_uid",
     "decode_envelope",
@@ -32,6 +38,7 @@ __all__ = [
 ENVELOPE_VERSION = 1
 UID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ROLES = frozenset({"sn", "swop", "sl", "swci", "broker", "tool"})
+VOUCHING_ROLES = frozenset({"sl"})
 _MAX_KIND = 64
 
 
@@ -86,6 +93,12 @@ class Envelope:
     cert: bytes | None = None
     body_bytes: bytes = field(default=b"", repr=False)
     version: int = ENVELOPE_VERSION
+    voucher: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """The identity (certificate CN) the sender speaks under: its voucher, else itself."""
+        return self.voucher or self.sender
 
     def signed_bytes(self) -> bytes:
         """The exact bytes the signature covers."""
@@ -99,6 +112,7 @@ class Envelope:
             self.body_bytes,
             self.reply_to,
             self.corr,
+            self.voucher,
         )
 
 
@@ -112,8 +126,10 @@ def _signed_part(
     body: bytes,
     reply_to: str | None,
     corr: str | None,
+    voucher: str | None,
 ) -> bytes:
-    return packb([version, kind, sender, role, when, nonce, body, reply_to, corr])
+    fields = [version, kind, sender, role, when, nonce, body, reply_to, corr]
+    return packb(fields if voucher is None else [*fields, voucher])
 
 
 def make_envelope(
@@ -126,10 +142,16 @@ def make_envelope(
     reply_to: str | None = None,
     corr: str | None = None,
     when: float | None = None,
+    voucher: str | None = None,
 ) -> Envelope:
-    """Build (and sign, when a signer is given) an envelope for ``body``."""
-    if signer is not None and (signer.uid != sender or signer.role != role):
-        msg = f"signer is {signer.role} {signer.uid!r} but the envelope claims {role} {sender!r}"
+    """Build (and sign, when a signer is given) an envelope for ``body``.
+
+    ``voucher``: the identity that speaks for ``sender`` when the sender is not its certificate's CN.
+    """
+    voucher = None if voucher == sender else voucher
+    identity = voucher or sender
+    if signer is not None and (signer.uid != identity or signer.role != role):
+        msg = f"signer is {signer.role} {signer.uid!r} but the envelope claims {role} {identity!r}"
         raise SignatureError(msg)
     body_bytes = packb(body)
     env = Envelope(
@@ -142,6 +164,7 @@ def make_envelope(
         reply_to=reply_to,
         corr=corr,
         body_bytes=body_bytes,
+        voucher=voucher,
     )
     if signer is None:
         return env
@@ -157,13 +180,16 @@ def make_envelope(
         signature=signer.sign(env.signed_bytes()),
         cert=signer.cert_der,
         body_bytes=body_bytes,
+        voucher=voucher,
     )
 
 
 def encode_envelope(env: Envelope) -> bytes:
     """Serialise an envelope to its wire bytes."""
+    extra = {} if env.voucher is None else {"i": env.voucher}
     return packb(
         {
+            **extra,
             "v": env.version,
             "k": env.kind,
             "s": env.sender,
@@ -207,7 +233,7 @@ def decode_envelope(
     raw = unpackb(data, what=what, max_bytes=max_bytes)
     if not isinstance(raw, dict):
         raise CodecError(f"{what}: expected a map, got {type(raw).__name__}")
-    unknown = set(raw) - {"v", "k", "s", "r", "t", "n", "b", "rt", "c", "sig", "crt"}
+    unknown = set(raw) - {"v", "k", "s", "r", "t", "n", "b", "rt", "c", "sig", "crt", "i"}
     if unknown:
         raise CodecError(f"{what}: unknown fields {sorted(unknown)}")
     version = _field(raw, "v", int, what)
@@ -229,6 +255,11 @@ def decode_envelope(
     corr = _field(raw, "c", (str, type(None)), what)
     signature = _field(raw, "sig", (bytes, type(None)), what)
     cert = _field(raw, "crt", (bytes, type(None)), what)
+    voucher = raw.get("i")
+    if voucher is not None:
+        check_uid(voucher, what=f"{what}: identity")
+        if voucher == sender:
+            raise CodecError(f"{what}: identity {voucher!r} vouches for itself (leave 'i' out)")
     body = unpackb(body_bytes, what=f"{what} {kind!r} body", max_bytes=max_bytes)
     if not isinstance(body, dict):
         raise CodecError(f"{what} {kind!r}: body must be a map, got {type(body).__name__}")
@@ -245,6 +276,7 @@ def decode_envelope(
         cert=cert,
         body_bytes=body_bytes,
         version=version,
+        voucher=voucher,
     )
     if verifier is not None:
         verify_envelope(env, verifier, what=what)
@@ -255,9 +287,14 @@ def verify_envelope(env: Envelope, verifier: VerifierLike, *, what: str = "envel
     """Check the envelope's signature and that its certificate is the sender's, with its role."""
     if env.signature is None or env.cert is None:
         raise SignatureError(f"{what} {env.kind!r} from {env.sender!r} is not signed")
-    cert_role = verifier.verify(env.signed_bytes(), env.signature, env.cert, env.sender)
+    cert_role = verifier.verify(env.signed_bytes(), env.signature, env.cert, env.identity)
     if cert_role != env.role:
         raise SignatureError(
-            f"{what} {env.kind!r}: {env.sender!r} claims role {env.role!r} "
+            f"{what} {env.kind!r}: {env.identity!r} claims role {env.role!r} "
             f"but its certificate says {cert_role!r}"
+        )
+    if env.voucher is not None and cert_role not in VOUCHING_ROLES:
+        raise SignatureError(
+            f"{what} {env.kind!r}: {env.voucher!r} ({cert_role}) may not act for {env.sender!r}; "
+            f"only {'/'.join(sorted(VOUCHING_ROLES))} identities vouch for other nodes"
         )

@@ -42,7 +42,8 @@ class BrokerAddress:
 class BusConfig:
     """Connection settings of one bus session.
 
-    ``uid`` is the identity (the certificate's CN when TLS is on); ``tls`` a client context from
+    ``uid`` is the node uid; ``identity`` the certificate's CN when it differs (a node that an SL
+    identity vouches for; None: the uid is the identity); ``tls`` a client context from
     ``certs.tls.client_context``. Timeouts are in seconds.
     """
 
@@ -50,6 +51,7 @@ class BusConfig:
     uid: str
     role: str
     network: str = "swarm"
+    identity: str | None = None
     tls: ssl.SSLContext | None = field(default=None, compare=False)
     keepalive: int = 10
     connect_timeout: float = 10.0

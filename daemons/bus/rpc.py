@@ -54,7 +54,7 @@ class RpcClient:
 
     def __init__(self, bus: Endpoint) -> None:
         self._bus = bus
-        self._pending: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
+        self._pending: dict[str, tuple[str, str | None, asyncio.Future[dict[str, Any]]]] = {}
         self._sub = bus.add_subscription(bus.topics.replies_to(bus.uid))
 
     async def run(self) -> None:
@@ -72,21 +72,25 @@ class RpcClient:
         pending = self._pending.get(env.corr or "")
         if env.kind != "rep" or pending is None:
             return
-        target, future = pending
-        if env.sender != target:
+        target, role, future = pending
+        if env.sender != target or (role is not None and env.role != role):
             log.warning(
-                "bus[%s] reply to %s came from %r, not %r",
+                "bus[%s] reply to %s came from %s %r, not %s %r",
                 self._bus.uid,
                 env.corr,
+                env.role,
                 env.sender,
+                role or "node",
                 target,
             )
             return
         if not future.done():
             future.set_result(env.body)
 
-    async def request(self, target: str, method: str, body: dict[str, Any], *, timeout: float) -> Any:
-        """Send ``method`` to ``target`` and return its result.
+    async def request(
+        self, target: str, method: str, body: dict[str, Any], *, timeout: float, role: str | None = None
+    ) -> Any:
+        """Send ``method`` to ``target`` and return its result (only a reply of ``role``, when given).
 
         The same request (same ``corr``) is resent with backoff until ``timeout``: a request published
         while the server was reconnecting is lost by MQTT, and the server answers duplicates once.
@@ -94,7 +98,7 @@ class RpcClient:
         bus = self._bus
         corr = uuid.uuid4().hex
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[corr] = (target, future)
+        self._pending[corr] = (target, role, future)
         payload = bus.encode(f"req:{method}", body, reply_to=bus.uid, corr=corr)
         try:
             reply = await self._exchange(target, method, corr, payload, future, timeout)

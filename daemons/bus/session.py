@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -25,7 +26,7 @@ from daemons.bus.config import BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
-from daemons.bus.topics import Topics, sender_of, topic_matches
+from daemons.bus.topics import Topics, namespace_of, topic_matches
 from wire import (
     CodecError,
     Envelope,
@@ -93,10 +94,11 @@ class Bus:
         presence: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
-        self.topics = Topics(config.network)
+        self.topics = Topics(config.network, config.uid, config.identity or config.uid)
         self.signer = signer
         self.verifier = verifier
         self._presence = presence
+        self.session = secrets.token_hex(8)
         self._subs: list[Subscription] = []
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
@@ -125,6 +127,12 @@ class Bus:
         return self.config.role
 
     @property
+    def voucher(self) -> str | None:
+        """The identity that vouches for this node when the uid is not the certificate's CN."""
+        identity = self.config.identity
+        return None if identity in (None, self.uid) else identity
+
+    @property
     def connected(self) -> bool:
         """True while the connection is up."""
         return self._connected.is_set()
@@ -135,6 +143,8 @@ class Bus:
         await self._tasks.__aenter__()
         self.spawn(self._connection_loop(), "connection")
         self.spawn(self.rpc.run(), "replies")
+        if self._presence is not None:
+            self.spawn(self._guard_presence(), "presence-guard")
         try:
             await self._wait_first_connection()
         except BaseException:
@@ -283,8 +293,38 @@ class Bus:
 
     # --------------------------------------------------------------- presence
     def _presence_payload(self, state: str) -> bytes:
-        body = {"state": state, **(self._presence or {})}
+        body = {"state": state, **(self._presence or {}), "session": self.session}
         return self.encode("presence", body)
+
+    async def _guard_presence(self) -> None:
+        """Keep this session's presence when another session of the same uid overwrites it.
+
+        A second session (a copy started by mistake, or one that the ledger refused) publishes its
+        own retained presence, and its ``offline`` when it ends; this live session then says
+        ``online`` again, so that nobody takes the end of the other session for its own.
+        """
+        sub = self.add_subscription(self.topics.presence(self.uid))
+        async for message in sub:
+            raise_if_cancelling()
+            try:
+                env = self.open(message)
+            except CodecError:
+                continue
+            other = env.body.get("session")
+            if env.kind != "presence" or other == self.session or self._closing:
+                continue
+            state = env.body.get("state")
+            log.warning(
+                "bus[%s] another session (%s, host %s, pid %s) of this node says %s",
+                self.uid,
+                other,
+                env.body.get("host"),
+                env.body.get("pid"),
+                state,
+            )
+            if state != "online":
+                with contextlib.suppress(BusError, aiomqtt.MqttError):
+                    await self._publish_presence("online")
 
     async def _publish_presence(self, state: str) -> None:
         client = self._client
@@ -347,6 +387,7 @@ class Bus:
             signer=self.signer,
             reply_to=reply_to,
             corr=corr,
+            voucher=self.voucher,
         )
         return encode_envelope(env)
 
@@ -355,14 +396,17 @@ class Bus:
         await self.publish(topic, self.encode(kind, body), retain=retain)
 
     def open(self, message: Message) -> Envelope:
-        """Decode and verify an envelope; its sender must own the topic's namespace.
+        """Decode and verify an envelope; its identity and sender must own the topic's namespace.
 
         Raises CodecError (SignatureError) naming what is wrong.
         """
         env = decode_envelope(message.payload, verifier=self.verifier, what=f"message on {message.topic}")
-        owner = sender_of(message.topic)
-        if owner is not None and owner != env.sender:
-            raise CodecError(f"message on {message.topic} claims sender {env.sender!r}, not {owner!r}")
+        owner = namespace_of(message.topic)
+        if owner is not None and owner != (env.identity, env.sender):
+            raise CodecError(
+                f"message on {message.topic} comes from {env.sender!r} of identity {env.identity!r}, "
+                f"not from {owner[1]!r} of identity {owner[0]!r}"
+            )
         return env
 
     # -------------------------------------------------------------- subscribe
@@ -400,10 +444,14 @@ class Bus:
         body: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        role: str | None = None,
     ) -> Any:
-        """Ask ``target`` to run ``method``; returns its result or raises RequestTimeout/RemoteError."""
+        """Ask ``target`` to run ``method``; returns its result or raises RequestTimeout/RemoteError.
+
+        ``role``: accept only a reply of this role (a vouched SL cannot answer for an SN).
+        """
         return await self.rpc.request(
-            target, method, body or {}, timeout=timeout or self.config.request_timeout
+            target, method, body or {}, timeout=timeout or self.config.request_timeout, role=role
         )
 
     def serve(self, handler: Handler, *, concurrency: int = 32) -> RpcServer:

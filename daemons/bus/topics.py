@@ -1,6 +1,10 @@
 """Every topic string of the bus, built in one place: ``swarm/v1/<network>/...``.
 
-A process publishes only under ``nodes/<its uid>/``; the broker ACL enforces exactly that.
+A process publishes only under its namespace ``nodes/<identity>/<uid>/``, where ``identity`` is its
+certificate's CN and ``uid`` its node uid (the same, except for nodes an SL identity vouches for). The
+broker ACL lets an identity write only under ``nodes/<its CN>/#``, so every node an identity vouches for
+lives inside that identity's part of the tree. Topics of other nodes are filters with ``+`` for the
+identity level; :meth:`daemons.bus.Bus.open` checks both levels against the envelope.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from dataclasses import dataclass
 
 from wire.envelope import check_uid
 
-__all__ = ["PREFIX", "Topics", "sender_of", "topic_matches"]
+__all__ = ["PREFIX", "Topics", "namespace_of", "sender_of", "topic_matches"]
 
 PREFIX = "swarm/v1"
 
@@ -26,19 +30,30 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
     return len(f_parts) == len(t_parts)
 
 
-def sender_of(topic: str) -> str | None:
-    """The uid whose namespace ``topic`` is in (``.../nodes/<uid>/...``), or None."""
+def namespace_of(topic: str) -> tuple[str, str] | None:
+    """``(identity, uid)`` of the namespace ``topic`` is in (``.../nodes/<identity>/<uid>/...``), or None."""
     parts = topic.split("/")
-    if len(parts) >= 5 and parts[3] == "nodes":
-        return parts[4]
+    if len(parts) >= 6 and parts[3] == "nodes":
+        return parts[4], parts[5]
     return None
+
+
+def sender_of(topic: str) -> str | None:
+    """The uid whose namespace ``topic`` is in, or None."""
+    owner = namespace_of(topic)
+    return None if owner is None else owner[1]
 
 
 @dataclass(frozen=True, slots=True)
 class Topics:
-    """Topic builder for one swarm network."""
+    """Topic builder for one swarm network, as seen by the process ``uid`` of ``identity``.
+
+    Without a ``uid``, or for another uid, the namespace is a filter (``nodes/+/<uid>``).
+    """
 
     network: str
+    uid: str | None = None
+    identity: str | None = None
 
     def __post_init__(self) -> None:
         check_uid(self.network, what="network name")
@@ -49,12 +64,19 @@ class Topics:
         return f"{PREFIX}/{self.network}"
 
     def node(self, uid: str) -> str:
-        """The namespace ``uid`` may publish under."""
-        return f"{self.root}/nodes/{check_uid(uid)}"
+        """The namespace of ``uid``: exact for this process, a filter over identities for others."""
+        if uid == "+":
+            return f"{self.root}/nodes/+/+"
+        identity = (self.identity or uid) if uid == self.uid else "+"
+        return f"{self.root}/nodes/{identity}/{check_uid(uid)}"
+
+    def own(self, identity: str, uid: str) -> str:
+        """The exact namespace of ``uid`` under ``identity`` (for tests and tools)."""
+        return f"{self.root}/nodes/{check_uid(identity)}/{check_uid(uid)}"
 
     def presence(self, uid: str = "+") -> str:
         """Retained presence of ``uid`` (``+`` for everyone's)."""
-        return f"{self.root}/nodes/{uid}/status"
+        return f"{self.node(uid)}/status"
 
     def request(self, sender: str, target: str) -> str:
         """Where ``sender`` publishes requests for ``target``."""
@@ -62,7 +84,7 @@ class Topics:
 
     def requests_to(self, target: str) -> str:
         """Filter for every request addressed to ``target``."""
-        return f"{self.root}/nodes/+/req/{check_uid(target)}"
+        return f"{self.root}/nodes/+/+/req/{check_uid(target)}"
 
     def reply(self, sender: str, target: str) -> str:
         """Where ``sender`` publishes replies for ``target``."""
@@ -70,15 +92,15 @@ class Topics:
 
     def replies_to(self, target: str) -> str:
         """Filter for every reply addressed to ``target``."""
-        return f"{self.root}/nodes/+/rep/{check_uid(target)}"
+        return f"{self.root}/nodes/+/+/rep/{check_uid(target)}"
 
     def event(self, sender: str, *path: str) -> str:
-        """An event published by ``sender`` (the SN): ``nodes/<sn>/ev/<path...>``."""
+        """An event published by ``sender`` (the SN): ``nodes/<sn>/<sn>/ev/<path...>``."""
         return "/".join([f"{self.node(sender)}/ev", *path])
 
     def events(self, sender: str = "+", *path: str) -> str:
         """Filter for events of ``sender`` under ``path`` (all events when ``path`` is empty)."""
-        return "/".join([f"{self.root}/nodes/{sender}/ev", *(path or ("#",))])
+        return "/".join([f"{self.node(sender)}/ev", *(path or ("#",))])
 
     def blob_chunks(self, holder: str, transfer: str) -> str:
         """Chunks of transfer ``transfer`` published by ``holder``."""

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.gpus import cuda_env, visible_gpus
-from daemons.identity import IdentityError, add_identity_arguments, identity_from_args
+from daemons.identity import IdentityError, add_identity_arguments, identity_from_args, node_uid
 from daemons.logs import LOG_FORMAT, setup_logging
-from daemons.rundir import build_run_dir, parse_mount
+from daemons.rundir import build_run_dir, parse_mount, settle
 from daemons.sl.mlprocess import MLSpec
 from daemons.sl.node import SLNode, SLOptions
 
@@ -31,7 +31,12 @@ _PYTHONS = ("python", "python3", sys.executable)
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``swarm sl``."""
     p = subparsers.add_parser("sl", help="run a Swarm Learning node and its ML program")
-    p.add_argument("--name", "--uid", dest="uid", help="node uid (default: the certificate's CN)")
+    p.add_argument(
+        "--name",
+        "--uid",
+        dest="uid",
+        help="node uid (default: the certificate's CN; another name shares the SL certificate)",
+    )
     p.add_argument("--network", default="swarm", help="swarm network name (default swarm)")
     p.add_argument(
         "--broker", help="broker of the swarm, mqtt[s]://host:port (default: --sn-ip/--sn-api-port)"
@@ -96,17 +101,17 @@ def _nproc(value: str, env: dict[str, str]) -> int:
 def options_from_args(args: argparse.Namespace) -> SLOptions:
     """SLOptions from the command line; ValueError/IdentityError/FileNotFoundError when wrong."""
     identity = identity_from_args(args, role="sl")
-    uid = args.uid or (identity.uid if identity else None)
+    uid = node_uid(identity, args.uid)
     if uid is None:
         raise ValueError("give the node a name with --name (or an identity with --cert)")
-    if identity is not None and uid != identity.uid:
-        raise ValueError(f"--name {uid!r} differs from the certificate's CN {identity.uid!r}")
     broker = BrokerAddress.parse(args.broker) if args.broker else BrokerAddress(args.sn_ip, args.sn_api_port)
     run_dir = (args.run_dir or Path(tempfile.mkdtemp(prefix=f"swarm-{uid}-"))).resolve()
     env = {**_env_pairs(args.ml_e), **cuda_env(args.ml_gpus, args.gpu_slot)}
     mounts = [parse_mount(m) for m in args.ml_v]
+    notes: list[str] = []
     if mounts:
         run = build_run_dir(run_dir, args.ml_w, mounts)
+        notes = list(run.notes)
         cwd = run.cwd
         env = run.translate_env(env, [args.ml_w, *(str(m.tgt) for m in mounts)])
     else:
@@ -133,7 +138,7 @@ def options_from_args(args: argparse.Namespace) -> SLOptions:
         identity=identity,
         parent=args.parent,
         linger=args.linger,
-        meta={"run_dir": str(run_dir)},
+        meta={"run_dir": str(run_dir), "mount_notes": notes},
     )
 
 
@@ -170,9 +175,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"swarm sl: {exc}") from None
     run_dir = Path(options.meta["run_dir"])
     setup_logging(options.uid, log_dir=run_dir)
+    for note in options.meta.pop("mount_notes", []):
+        logging.getLogger("swarm.sl").warning("%s", note)
     _add_program_log(program_log(options.ml))
     try:
         return asyncio.run(_main(SLNode(options)))
     except Exception as exc:
         logging.getLogger("swarm.sl").exception("the SL failed")
         raise SystemExit(f"swarm sl {options.uid}: {exc}") from None
+    finally:
+        for line in settle(run_dir, [parse_mount(m) for m in args.ml_v]):
+            logging.getLogger("swarm.sl").info("%s", line)

@@ -76,7 +76,7 @@ class SLNode:
                 ledger = await LedgerClient.connect(
                     bus, timeout=self.options.sn_timeout, prefer=self.options.sn_uid
                 )
-                await ledger.submit("node.register", self._registration())
+                await ledger.submit("node.register", self._registration(bus))
                 self.holder = StateHolder(bus)
                 bus.serve(self._rpc)
                 self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings)
@@ -84,7 +84,7 @@ class SLNode:
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
 
-    def _registration(self) -> dict[str, Any]:
+    def _registration(self, bus: Bus) -> dict[str, Any]:
         opts = self.options
         return {
             "role": "sl",
@@ -93,6 +93,7 @@ class SLNode:
             "address": "",
             "pid": os.getpid(),
             "meta": {"program": opts.ml.command, **opts.meta},
+            "session": bus.session,
         }
 
     def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:

@@ -1,6 +1,9 @@
 """Node liveness from retained presence: a node whose presence says ``offline`` (its will, or a clean
 exit) is marked offline in the ledger; so is a node the ledger thinks online that shows no presence at
 all for a grace period after the SN (re)connects (the broker lost its retained messages, say).
+
+Presence carries the bus session; ``node.offline`` names it, and the ledger applies it only to the
+node's registered session, so a second session of one node ending never takes the live one offline.
 """
 
 from __future__ import annotations
@@ -11,16 +14,16 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from contracts.ledger import Accepted, Ledger
-from contracts.tx import Rejection
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
+from daemons.sn.sealer import Outcome
 from wire import CodecError
 
 __all__ = ["Liveness"]
 
 log = logging.getLogger("swarm.sn.liveness")
 
-Submit = Callable[[str, dict[str, object]], Awaitable[Accepted | Rejection]]
+Submit = Callable[[str, dict[str, object]], Awaitable[Outcome]]
 
 
 class Liveness:
@@ -31,7 +34,7 @@ class Liveness:
         self._ledger = ledger
         self._submit = submit
         self._grace = grace
-        self.online: set[str] = set()
+        self.online: dict[str, str] = {}  # uid -> session
 
     async def run(self) -> None:
         """Watch presence until cancelled."""
@@ -47,11 +50,13 @@ class Liveness:
                     continue
                 if env.kind != "presence":
                     continue
+                session = str(env.body.get("session") or "")
                 if env.body.get("state") == "online":
-                    self.online.add(env.sender)
+                    self.online[env.sender] = session
                 else:
-                    self.online.discard(env.sender)
-                    await self._mark_offline(env.sender, "its presence says offline")
+                    if self.online.get(env.sender) == session:
+                        del self.online[env.sender]
+                    await self._mark_offline(env.sender, "its presence says offline", session)
 
     async def _sweep_after_grace(self) -> None:
         await asyncio.sleep(self._grace)
@@ -59,13 +64,19 @@ class Liveness:
             if uid != self._bus.uid and node.online and uid not in self.online:
                 await self._mark_offline(uid, f"no presence for {self._grace:g} s")
 
-    async def _mark_offline(self, uid: str, reason: str) -> None:
+    async def _mark_offline(self, uid: str, reason: str, session: str = "") -> None:
         node = self._ledger.state.nodes.get(uid)
         if node is None or not node.online or uid == self._bus.uid:
             return
+        if session and node.session and session != node.session:
+            log.info(
+                "node %s: session %s ended; its live session %s stays online", uid, session, node.session
+            )
+            return
         with contextlib.suppress(Exception):
-            result = await self._submit("node.offline", {"uid": uid, "reason": reason})
-            if isinstance(result, Rejection):
-                log.debug("node.offline %s rejected: %s", uid, result.reason)
+            body: dict[str, object] = {"uid": uid, "reason": reason, "session": session}
+            result = await self._submit("node.offline", body)
+            if not isinstance(result, Accepted):
+                log.debug("node.offline %s not applied: %s", uid, result.reason)
             else:
                 log.info("node %s is offline: %s", uid, reason)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,13 +28,13 @@ from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.bus import BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity, open_bus
+from daemons.identity import Identity, node_name, open_bus
 from daemons.processes import install_stop_signals
 from daemons.sn.chain import LocalChain
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
-from daemons.sn.sealer import Sealer
-from wire import decode_envelope
+from daemons.sn.sealer import Sealer, StoreFailed
+from wire import Envelope, decode_envelope
 from wire.errors import CodecError
 
 __all__ = ["SNNode", "SNOptions", "VERSION"]
@@ -60,6 +61,14 @@ class SNOptions:
     identity: Identity | None = None
     liveness_grace: float = 15.0
     extra_presence: dict[str, Any] = field(default_factory=dict)
+
+
+def _who(env: Envelope) -> str:
+    return repr(env.sender) if env.voucher is None else f"{env.sender!r} (of identity {env.voucher!r})"
+
+
+def _foreign_tx(submitter: Envelope, tx: Envelope) -> str:
+    return f"{_who(submitter)} may not submit a transaction of {_who(tx)}"
 
 
 class SNNode:
@@ -124,6 +133,8 @@ class SNNode:
             address = await asyncio.to_thread(self._start_broker)
         except (ChainError, BrokerError) as exc:
             raise SystemExit(f"swarm sn: {exc}") from None
+        except (sqlite3.Error, OSError) as exc:  # a read-only, full or unreadable data directory
+            raise SystemExit(f"swarm sn: cannot open the ledger {self.ledger_path}: {exc}") from None
         try:
             await self._serve(address)
         except* (BusConnectError, BrokerError) as group:  # the broker gave up, or we cannot reach it
@@ -178,7 +189,11 @@ class SNNode:
             "host": socket.gethostname(),
             "address": str(address),
             "pid": os.getpid(),
-            "meta": {"sentinel": self.options.sentinel, "version": VERSION},
+            "meta": {
+                "sentinel": self.options.sentinel,
+                "version": VERSION,
+                "name": node_name(self.options.uid),
+            },
         }
 
     async def _supervise_broker(self) -> None:
@@ -210,7 +225,7 @@ class SNNode:
                     continue
                 attempted[key] = now
                 result = await self.sealer.submit_own(kind, body)
-                if isinstance(result, Rejection):
+                if not isinstance(result, Accepted):
                     log.debug("%s %s not applied: %s", kind, body, result.reason)
             deadline = next_deadline(self.ledger.state)
             wait = None if deadline is None else min(max(deadline - time.time(), 0.0) + 0.01, 60.0)
@@ -243,14 +258,14 @@ class SNNode:
                 env = decode_envelope(raw, what="transaction")
             except CodecError as exc:
                 raise RpcError("rejected", str(exc)) from None
-            if env.sender != request.sender:
-                raise RpcError(
-                    "rejected", f"{request.sender!r} may not submit a transaction of {env.sender!r}"
-                )
+            if env.sender != request.sender or env.identity != request.envelope.identity:
+                raise RpcError("rejected", _foreign_tx(request.envelope, env))
         if self.sealer is None:
             assert self.replica is not None  # noqa: S101
             return await self.replica.forward(raw)
         result = await self.sealer.submit(raw)
+        if isinstance(result, StoreFailed):
+            raise RpcError("unavailable", result.reason)
         if isinstance(result, Rejection):
             raise RpcError("rejected", result.reason)
         assert isinstance(result, Accepted)  # noqa: S101

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from contracts.blockstore import StorageError
 from contracts.ledger import Accepted, Ledger, SealResult
 from contracts.tx import Rejection
 from contracts.views import entity_view
@@ -21,7 +22,7 @@ from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
 from wire import SignerLike, encode_envelope, make_envelope
 
-__all__ = ["Sealer"]
+__all__ = ["Outcome", "Sealer", "StoreFailed"]
 
 log = logging.getLogger("swarm.sn.sealer")
 MAX_BATCH = 2000
@@ -29,10 +30,20 @@ MAX_BATCH = 2000
 OnBlock = Callable[[SealResult], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class StoreFailed:
+    """The block holding a transaction could not be written (a full disk): nothing was accepted, retry."""
+
+    reason: str
+
+
+Outcome = Accepted | Rejection | StoreFailed
+
+
 @dataclass(slots=True)
 class _Pending:
     raw: bytes
-    future: asyncio.Future[Accepted | Rejection]
+    future: asyncio.Future[Outcome]
 
 
 class Sealer:
@@ -48,14 +59,15 @@ class Sealer:
         self.blocks_sealed = 0
         self.changed = asyncio.Event()
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._failing_since: float | None = None
 
-    async def submit(self, raw: bytes) -> Accepted | Rejection:
-        """Queue one envelope; returns once its block is on disk (or it was rejected)."""
-        future: asyncio.Future[Accepted | Rejection] = asyncio.get_running_loop().create_future()
+    async def submit(self, raw: bytes) -> Outcome:
+        """Queue one envelope; returns once its block is on disk, or it was rejected, or not stored."""
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         await self._queue.put(_Pending(raw, future))
         return await future
 
-    async def submit_own(self, kind: str, body: dict[str, object]) -> Accepted | Rejection:
+    async def submit_own(self, kind: str, body: dict[str, object]) -> Outcome:
         """Submit a transaction of the SN itself (liveness, round timers)."""
         env = make_envelope(f"tx:{kind}", body, sender=self.bus.uid, role="sn", signer=self.signer)
         return await self.submit(encode_envelope(env))
@@ -69,12 +81,16 @@ class Sealer:
                 batch.append(self._queue.get_nowait())
             try:
                 result = await asyncio.to_thread(self._seal, [p.raw for p in batch])
+            except StorageError as exc:  # e.g. a full disk: refuse for now, keep running, try the next batch
+                self._refuse(batch, StoreFailed(f"the SN cannot store blocks now ({exc}); try again later"))
+                continue
             except Exception as exc:  # the block was not stored: nothing was accepted
                 log.exception("sealing a block of %d transactions failed", len(batch))
-                for pending in batch:
-                    if not pending.future.done():
-                        pending.future.set_result(Rejection(f"the SN could not store the block: {exc}"))
+                self._refuse(batch, Rejection(f"the SN could not store the block: {exc}"))
                 continue
+            if self._failing_since is not None:
+                log.info("blocks are stored again (after %.0f s)", time.monotonic() - self._failing_since)
+                self._failing_since = None
             for pending, outcome in zip(batch, result.results, strict=True):
                 if not pending.future.done():
                     pending.future.set_result(outcome)
@@ -82,6 +98,14 @@ class Sealer:
                 self.blocks_sealed += 1
                 self.changed.set()
                 await self._announce(result)
+
+    def _refuse(self, batch: list[_Pending], outcome: StoreFailed | Rejection) -> None:
+        if isinstance(outcome, StoreFailed) and self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.error("%s; %d transaction(s) refused, they can be sent again", outcome.reason, len(batch))
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_result(outcome)
 
     def _seal(self, envelopes: list[bytes]) -> SealResult:
         with self._lock:

@@ -2,13 +2,18 @@
 
 MAKE_USER_ENV builds a Python virtual environment from a requirements list. MAKE_USER_CONTAINER, on a
 host without a container engine, builds the same kind of environment from the ``pip install`` steps of
-its Dockerfile and reports the other steps as skipped. The environment sees this installation's
-packages (torch, numpy, swarmlearning) through a ``.pth`` file, so only what is missing is installed.
+its Dockerfile and reports the other steps as skipped; its ``FROM`` of a well-known image installs the
+Python packages that image carries (``pytorch/pytorch``: torchvision, torchaudio) in the versions that
+match the installed torch, checks that they import, and reports those that do not. The environment sees
+this installation's packages (torch, numpy, swarmlearning) through a ``.pth`` file, so only what is
+missing is installed, and pip is always constrained to the installed torch: it never replaces it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import re
 import shutil
 import site
 import sys
@@ -59,22 +64,101 @@ def _tail(path: Path, lines: int = 8) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def installed_torch() -> str | None:
+    """The version of the torch this installation has (``2.13.0``, local label dropped), or None."""
+    try:
+        return importlib.metadata.version("torch").split("+", 1)[0]
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def image_requirements(packages: tuple[str, ...], torch: str | None) -> tuple[list[str], list[str]]:
+    """Requirements for the packages an image carries, matched to ``torch``; and notes for the user.
+
+    torchvision 0.(m+15) and torchaudio 2.m go with torch 2.m; torch itself is never installed here
+    (pip would take a CUDA build of several GB): it must be installed with the project.
+    """
+    match = re.match(r"^2\.(\d+)", torch or "")
+    requirements, notes = [], []
+    for package in packages:
+        if package == "torch":
+            if torch is None:
+                notes.append("the image carries torch, which is not installed here: install torch first")
+        elif package in ("torchvision", "torchaudio") and match is None:
+            notes.append(f"{package} left out: its version follows torch 2.x, and torch here is {torch}")
+        elif package == "torchvision":
+            requirements.append(f"torchvision=={int(match.group(1)) + 15 if match else 0}.*")
+        elif package == "torchaudio":
+            requirements.append(f"torchaudio==2.{match.group(1) if match else 0}.*")
+        else:
+            requirements.append(package)
+    return requirements, notes
+
+
+async def _check_imports(env_dir: Path, packages: list[str], log_path: Path) -> list[str]:
+    """Import every package in the environment; uninstall and name those that fail."""
+    python = str(env_dir / "bin" / "python")
+    notes = []
+    for requirement in packages:
+        name = re.split(r"[=<>!~\[ ]", requirement, maxsplit=1)[0]
+        code, tail = await _run([python, "-c", f"import {name.replace('-', '_')}"], log_path)
+        if code == 0:
+            continue
+        await _run([sys.executable, "-m", "pip", "--python", python, "uninstall", "-y", "-q", name], log_path)
+        reason = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}"
+        notes.append(
+            f"{name} from PyPI does not import beside torch {installed_torch()} here ({reason}): left out; "
+            "a CPU-only torch needs it from the PyTorch CPU index (pip --extra-index-url "
+            "https://download.pytorch.org/whl/cpu), a CUDA torch gets it from PyPI"
+        )
+    return notes
+
+
+def _constraints(env_dir: Path) -> list[str]:
+    """``-c file`` pinning the installed torch, so that pip never replaces it."""
+    torch = installed_torch()
+    if torch is None:
+        return []
+    path = env_dir / "constraints.txt"
+    path.write_text(f"torch=={torch}\n")
+    return ["-c", str(path)]
+
+
 async def build_env(
-    env_dir: Path, requirements: list[str], log_path: Path, cwd: Path | None = None
+    env_dir: Path,
+    requirements: list[str],
+    log_path: Path,
+    cwd: Path | None = None,
+    *,
+    check: tuple[str, ...] = (),
 ) -> BuildResult:
-    """Create ``env_dir`` (a venv on top of this installation) and pip-install ``requirements``."""
+    """Create ``env_dir`` (a venv on top of this installation) and pip-install ``requirements``.
+
+    ``check``: requirements whose packages must import afterwards (those that do not are removed and
+    named in the description).
+    """
     await asyncio.to_thread(_fresh_dir, env_dir)
     code, tail = await _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], log_path)
     if code != 0:
         return BuildResult(False, f"creating the environment failed (exit {code}):\n{tail}")
     await asyncio.to_thread(_link_base_packages, env_dir)
-    if requirements:
-        argv = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
-                "--disable-pip-version-check", "-q", *requirements]  # fmt: skip
-        code, tail = await _run(argv, log_path, cwd)
+    notes: list[str] = []
+    pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
+           "--disable-pip-version-check", "-q", *_constraints(env_dir)]  # fmt: skip
+    for requirement in check:  # an image's packages: one at a time, a missing release is only a note
+        code, tail = await _run([*pip, requirement], log_path, cwd)
+        if code != 0:
+            last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}"
+            notes.append(f"{requirement} (from the base image) left out: {last}")
+    rest = [r for r in requirements if r not in check]
+    if rest:
+        code, tail = await _run([*pip, *rest], log_path, cwd)
         if code != 0:
             return BuildResult(False, f"pip install failed (exit {code}):\n{tail}")
-    return BuildResult(True, f"environment {env_dir.name} ready ({len(requirements)} requirements)")
+    installed = [r for r in check if not any(n.startswith(f"{r} ") for n in notes)]
+    notes += await _check_imports(env_dir, installed, log_path)
+    extra = "".join(f"\n{note}" for note in notes)
+    return BuildResult(True, f"environment {env_dir.name} ready ({len(requirements)} requirements){extra}")
 
 
 def _fresh_dir(path: Path) -> None:
@@ -102,9 +186,14 @@ async def run_build(
         return await build_env(envs / outcome, list(body.requirements), log_path, cwd)
     if isinstance(body, MakeUserContainerBody):
         plan = container_build_plan(body)
-        result = await build_env(envs / outcome, plan.requirements, log_path)
+        from_image, notes = image_requirements(plan.image_packages, installed_torch())
+        requirements = [*from_image, *(r for r in plan.requirements if r not in from_image)]
+        result = await build_env(envs / outcome, requirements, log_path, check=tuple(from_image))
         skipped = "; ".join(f"{step.strip()[:40]} ({why})" for step, why in plan.skipped)
-        return BuildResult(result.ok, f"{result.description}; no container engine, skipped: {skipped}")
+        added = ", ".join(from_image) or "nothing to add"
+        image = f"; base image {plan.image}: {added}" if plan.image else ""
+        lines = [f"{result.description}{image}; no container engine, skipped: {skipped}", *notes]
+        return BuildResult(result.ok, "\n".join(lines))
     if isinstance(body, PullImageBody):
         return BuildResult(
             True, "no container engine here: nothing to pull; RUN_SWARM uses Python environments"

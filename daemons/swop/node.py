@@ -24,7 +24,7 @@ from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.identity import Identity, open_bus
+from daemons.identity import Identity, node_name, open_bus
 from daemons.ledger_client import LedgerClient, Rejected
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
@@ -133,7 +133,12 @@ class SwopNode:
             "host": socket.gethostname(),
             "address": "",
             "pid": os.getpid(),
-            "meta": {"taskrunner": self.taskrunner, "group": self.options.profile.groupname},
+            "meta": {
+                "taskrunner": self.taskrunner,
+                "group": self.options.profile.groupname,
+                "name": node_name(bus.uid),
+            },
+            "session": bus.session,
         }
 
     async def _watch(self, group: asyncio.TaskGroup) -> None:
@@ -325,5 +330,14 @@ class SwopNode:
             )
             return
         for peer in self.peers.values():
-            remove_run_dir(peer.spec.run_dir)
+            written = remove_run_dir(peer.spec.run_dir)
+            if written:
+                names = ", ".join(str(p) for p in written[:10]) + (" ..." if len(written) > 10 else "")
+                log.warning(
+                    "RESET removed %d file(s) that %s's program wrote outside its mounts (as a container "
+                    "removed with them would): %s; set SWOP_KEEP_CONTAINERS=True to keep them",
+                    len(written),
+                    peer.spec.uid,
+                    names,
+                )
         self.peers.clear()

@@ -348,7 +348,8 @@ class SwarmCallbackBase(ABC):
         self.timings["end"] += time.perf_counter() - started
         self.final_digest = reply.get("digest")
         self.training_over = True
-        self.logger.info("%s (model %s)", FINAL_MESSAGE, self.final_digest)
+        self.logger.info(FINAL_MESSAGE)  # exactly the reference's line: scripts wait for it
+        self.logger.info("Final Swarm model digest: %s", self.final_digest)
         if self._link is not None:
             self._link.close()
             self._link = None

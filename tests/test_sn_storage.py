@@ -1,0 +1,134 @@
+"""The SN's data directory misbehaving: read-only, or a disk that fills up while it runs.
+
+Each test mounts a small tmpfs of its own (CI runs as root; elsewhere these tests skip, saying why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contracts import Ledger, StorageError
+from contracts.block import make_block
+from contracts.blockstore import BlockStore
+from daemons.bus import Bus, BusConfig, RemoteError
+from daemons.ledger_client import LedgerClient
+from tests.conftest import start_sn
+
+
+class SmallDisk:
+    """A tmpfs of a few MiB that can be filled, emptied and made read-only."""
+
+    def __init__(self, where: Path) -> None:
+        self.path = where
+        self.filler = where / "filler"
+
+    def fill(self) -> None:
+        with self.filler.open("ab") as out, contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+
+    def empty(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def read_only(self) -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield SmallDisk(where)
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _swarm_sn(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "daemons.cli", "sn", "--sentinel", "--data-dir", str(data_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_read_only_data_directory_is_one_line(small_disk: SmallDisk) -> None:
+    small_disk.read_only()
+    done = _swarm_sn(small_disk.path / "sn")
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Read-only file system" in lines[0]
+
+
+def test_a_ledger_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "sn"
+    (data_dir / "ledger.db").mkdir(parents=True)  # where the file should be, a directory
+    done = _swarm_sn(data_dir)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert f"swarm sn: cannot open the ledger {data_dir / 'ledger.db'}" in done.stderr
+
+
+def test_a_full_disk_stores_nothing_and_the_store_carries_on_when_space_is_back(
+    small_disk: SmallDisk,
+) -> None:
+    path = small_disk.path / "ledger.db"
+    store = BlockStore.create(path)
+    genesis = make_block(0, b"\0" * 32, 1.0, "sn-1", [b"genesis"], signer=None)
+    store.append(genesis)
+    small_disk.fill()
+    block = make_block(1, genesis.hash, 2.0, "sn-1", [b"x" * 200_000], signer=None)
+    with pytest.raises(StorageError, match="database or disk is full"):
+        store.append(block)
+    assert store.height == 0
+    small_disk.empty()
+    store.append(block)
+    store.close()
+    assert BlockStore.open(path, verifier=None).height == 1
+
+
+def test_the_sn_refuses_writes_while_its_disk_is_full_and_takes_them_again_after(
+    small_disk: SmallDisk,
+) -> None:
+    sn = start_sn(small_disk.path / "sn")
+    try:
+
+        async def scenario() -> tuple[RemoteError, dict[str, object]]:
+            async with Bus(BusConfig(sn.address, "swci-1", "swci")) as bus:
+                ledger = await LedgerClient.connect(bus, timeout=10)
+                small_disk.fill()
+                with pytest.raises(RemoteError) as refused:
+                    await ledger.submit("contract.create", {"name": "while-full"}, timeout=20)
+                small_disk.empty()
+                receipt = await ledger.submit("contract.create", {"name": "after-full"}, timeout=20)
+                return refused.value, receipt
+
+        refused, receipt = asyncio.run(scenario())
+        assert refused.code == "unavailable"
+        assert "database or disk is full" in refused.message
+        assert "try again later" in refused.message
+        assert receipt
+        assert sn.process.poll() is None, "the SN died of a full disk"
+    finally:
+        sn.stop()
+    log = sn.log()
+    assert "Traceback" not in log
+    assert "blocks are stored again" in log
+    ledger = Ledger.open(small_disk.path / "sn" / "ledger.db", verifier=None)
+    assert "after-full" in ledger.state.contracts
+    assert "while-full" not in ledger.state.contracts
