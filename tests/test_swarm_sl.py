@@ -125,7 +125,8 @@ def test_a_leader_killed_mid_merge_is_replaced_and_the_round_finishes(sn: Runnin
 def test_a_two_process_gloo_site_ends_with_the_swarms_model_on_every_rank(
     sn: RunningSN, tmp_path: Path
 ) -> None:
-    ddp = start_sl(sn, "sl-ddp", tmp_path, sl_args=["--ml-nproc", "2"], SEED=1, MIN_PEERS=3)
+    cpu = {"CUDA_VISIBLE_DEVICES": ""}  # gloo on CPU even on a GPU host
+    ddp = start_sl(sn, "sl-ddp", tmp_path, sl_args=["--ml-nproc", "2"], SEED=1, MIN_PEERS=3, **cpu)
     singles = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=3) for i in (2, 3)]
     codes = [ddp.wait(), *(node.wait() for node in singles)]
     assert codes == [0, 0, 0], [n.output()[-3000:] for n in (ddp, *singles)]
