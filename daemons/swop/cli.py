@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--sn-uid", help="talk to this SN (default: the sentinel online)")
     p.add_argument(
         "--work-dir", type=Path, help="run directories, environments, logs (default ./swarm-<uid>)"
+    )
+    p.add_argument(
+        "--cpu-slots",
+        type=int,
+        default=int(os.environ.get("SWOP_CPU_SLOTS", "1")),
+        help="RUN_TRIALS: trials run at once on a host without GPUs (default 1; a GPU host runs one per GPU)",
     )
     p.add_argument("--apls-ip", help="accepted for compatibility; there is no licence server")
     add_identity_arguments(p)
@@ -69,7 +76,14 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
         network=args.network,
         identity=identity,
         sn_uid=args.sn_uid,
+        cpu_slots=_positive(args.cpu_slots, "--cpu-slots"),
     )
+
+
+def _positive(value: int, flag: str) -> int:
+    if value < 1:
+        raise ValueError(f"{flag} must be at least 1, got {value}")
+    return value
 
 
 async def _main(node: SwopNode) -> None:
