@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 from pathlib import Path
 
@@ -39,6 +40,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=120.0,
         metavar="SECONDS",
         help="how long a task keeps running while every SWOP of it is unreachable (default 120)",
+    )
+    p.add_argument(
+        "--cpu-slots",
+        type=int,
+        default=int(os.environ.get("SWOP_CPU_SLOTS", "1")),
+        help="RUN_TRIALS: trials run at once on a host without GPUs (default 1; a GPU host runs one per GPU)",
     )
     p.add_argument("--apls-ip", help="accepted for compatibility; there is no licence server")
     add_identity_arguments(p)
@@ -77,7 +84,14 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
         identity=identity,
         sn_uid=args.sn_uid,
         offline_grace=args.offline_grace,
+        cpu_slots=_positive(args.cpu_slots, "--cpu-slots"),
     )
+
+
+def _positive(value: int, flag: str) -> int:
+    if value < 1:
+        raise ValueError(f"{flag} must be at least 1, got {value}")
+    return value
 
 
 async def _main(node: SwopNode) -> None:

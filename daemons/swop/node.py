@@ -1,7 +1,8 @@
 """The SWOP daemon: enrolls on its profile's taskrunner and runs what is assigned to it.
 
 It watches the taskrunner in the ledger. A new assignment that allocates work to this SWOP starts it:
-RUN_SWARM spawns one SL per allocated ``slnodedef``; other task types run here and report as the SWOP.
+RUN_SWARM spawns one SL per allocated ``slnodedef``; RUN_TRIALS runs trials on this host's slots
+(``daemons/swop/trials.py``); other task types run here and report as the SWOP.
 Every peer's status goes to the ledger (RUNNING, COMPLETED, FAILED with exit code and last log lines).
 Each SL's start, exit and completion is logged at INFO. ``RESET TASKRUNNER`` stops what still runs
 (an SL stopped so is logged as stopped, not failed), keeps the SLs' logs in ``<work-dir>/logs/<task>/``
@@ -33,7 +34,8 @@ from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.slpeers import SLPeer, peer_spec
-from taskdefs import RunSwarmBody, SwopProfile, TaskDefError, parse_task_body
+from daemons.swop.trials import TrialRunner, TrialSetup, trial_slots
+from taskdefs import RunSwarmBody, RunTrialsBody, SwopProfile, TaskDefError, parse_task_body
 
 __all__ = ["SwopNode", "SwopOptions"]
 
@@ -57,6 +59,7 @@ class SwopOptions:
     sn_uid: str | None = None
     offline_grace: float = 120.0
     keep: bool = field(default_factory=lambda: _truthy(os.environ.get("SWOP_KEEP_CONTAINERS")))
+    cpu_slots: int = 1
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class SwopNode:
         self.options = options
         self.peers: dict[str, SLPeer] = {}
         self.statuses: dict[str, str] = {}
+        self.trials: dict[str, TrialRunner] = {}
         self._current: tuple[str, float, int] | None = None
         self._stop = asyncio.Event()
         self.ledger: LedgerClient | None = None
@@ -204,7 +208,9 @@ class SwopNode:
                 self.ledger.bus.uid, "SWOP", "FAILED", f"cannot read task {assignment.task}: {exc}", 1
             )
             return
-        if isinstance(body, RunSwarmBody):
+        if isinstance(body, RunTrialsBody):  # before RunSwarmBody: it extends it
+            await self._run_trials(assignment, info, body)
+        elif isinstance(body, RunSwarmBody):
             await self._run_swarm(assignment, info, body)
         else:
             await self._run_build(assignment, info, body)
@@ -223,6 +229,37 @@ class SwopNode:
         status = "COMPLETED" if result.ok else "FAILED"
         log.info("%s %s: %s", assignment.task, status, result.description)
         await self._report(me, "SWOP", status, result.description, 0 if result.ok else 1)
+
+    async def _run_trials(self, assignment: _Assignment, info: dict[str, Any], body: RunTrialsBody) -> None:
+        assert self.ledger is not None  # noqa: S101
+        me, opts = self.ledger.bus.uid, self.options
+        nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)
+        setup = TrialSetup(
+            task=assignment.task,
+            taskrunner=self.taskrunner,
+            body=body,
+            node=nodes[0] if nodes else None,
+            python=await self._python_for(info),
+            run_root=opts.work_dir / "runs" / assignment.task,
+            volumes=opts.work_dir / "volumes",
+        )
+        slots = trial_slots(opts.cpu_slots)
+        runner = TrialRunner(self.ledger, setup, slots)
+        self.trials[assignment.task] = runner
+        try:
+            await runner.plan()
+            await self._report(
+                me, "SWOP", "RUNNING", f"trials of {assignment.task} on {len(slots)} slot(s)", None
+            )
+            view = await runner.run()
+        except (BusError, Rejected) as exc:
+            await self._report(me, "SWOP", "FAILED", f"trials of {assignment.task}: {exc}", 1)
+            return
+        finally:
+            self.trials.pop(assignment.task, None)
+        counts = view.get("counts") or {}
+        done = f"{runner.ran} trial run(s) here; study: {counts.get('COMPLETED', 0)} completed, "
+        await self._report(me, "SWOP", "COMPLETED", done + f"{counts.get('FAILED', 0)} failed", 0)
 
     async def _python_for(self, info: dict[str, Any]) -> str:
         """The interpreter of the RUN_SWARM task's prerequisite environment, else this one."""
@@ -306,6 +343,7 @@ class SwopNode:
 
     # --------------------------------------------------------------- cleanup
     async def _stop_all(self) -> None:
+        await asyncio.gather(*(runner.stop() for runner in list(self.trials.values())))
         running = [p for p in self.peers.values() if p.running]
         if running:
             log.info("stopping %d SL(s)", len(running))
