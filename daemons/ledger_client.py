@@ -264,7 +264,7 @@ class LedgerClient:
             try:
                 return await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
             except RemoteError as exc:
-                if exc.code != "unavailable":
+                if exc.code != "failover":  # no SN seals this moment: another will
                     raise
                 failure: BusError = exc
             except BusError as exc:  # no answer (RequestTimeout), or not connected

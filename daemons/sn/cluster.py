@@ -245,13 +245,13 @@ class ClusterRole:
         """Submit a write to the SN that seals; return once our copy holds its block."""
         sealer = await self.log.sealer()
         if sealer is None or sealer == self._bus.uid:
-            raise RpcError("unavailable", "no SN seals right now (a failover is under way); try again")
+            raise RpcError("failover", "no SN seals right now (a failover is under way); try again")
         try:
             result = dict(await self._bus.request(sealer, "submit", {"tx": raw}, timeout=10))
         except RemoteError as exc:
             raise RpcError(exc.code, exc.message) from None
         except BusError as exc:
-            raise RpcError("unavailable", f"the sealing SN {sealer!r} did not answer: {exc}") from None
+            raise RpcError("failover", f"the sealing SN {sealer!r} did not answer: {exc}") from None
         height = int(result.get("height", 0))
         if not await self.wait_for(height, timeout=10):
             log.warning("block %d has not reached this SN yet", height)

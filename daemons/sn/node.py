@@ -35,7 +35,7 @@ from daemons.sn.chainlog import ChainLog, ChainLogError
 from daemons.sn.cluster import ClusterRole
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
-from daemons.sn.sealer import Sealer, StoreFailed
+from daemons.sn.sealer import NotSealed, Sealer, StoreFailed
 from wire import Envelope, SignerLike, decode_envelope, encode_envelope, make_envelope
 from wire.errors import CodecError
 
@@ -257,8 +257,10 @@ class SNNode:
             try:
                 if self.sealer is not None:
                     outcome = await self.sealer.submit(raw)
-                    if isinstance(outcome, StoreFailed):
-                        raise RpcError("unavailable", outcome.reason)
+                    if isinstance(outcome, StoreFailed | NotSealed):
+                        raise RpcError("failover", outcome.reason)
+                    if isinstance(outcome, Rejection):
+                        raise RpcError("rejected", outcome.reason)
                 else:
                     await self.cluster.forward(raw)
             except RpcError as exc:
@@ -354,6 +356,8 @@ class SNNode:
             assert self.replica is not None  # noqa: S101
             return await self.replica.forward(raw)
         result = await self.sealer.submit(raw)
+        if isinstance(result, NotSealed):
+            raise RpcError("failover", result.reason)
         if isinstance(result, StoreFailed):
             raise RpcError("unavailable", result.reason)
         if isinstance(result, Rejection):

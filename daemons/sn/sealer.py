@@ -23,7 +23,7 @@ from daemons.bus import Bus
 from daemons.sn.chainlog import ChainLog, ChainLogError
 from wire import SignerLike, encode_envelope, make_envelope
 
-__all__ = ["Outcome", "Sealer", "StoreFailed"]
+__all__ = ["NotSealed", "Outcome", "Sealer", "StoreFailed"]
 
 log = logging.getLogger("swarm.sn.sealer")
 MAX_BATCH = 2000
@@ -33,13 +33,20 @@ OnBlock = Callable[[SealResult], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class StoreFailed:
-    """The block holding a transaction could not be written (a full disk), or not put into the
-    clustered ledger (another SN seals now): nothing was accepted, retry."""
+    """The block holding a transaction could not be written (a full disk): nothing was accepted, retry."""
 
     reason: str
 
 
-Outcome = Accepted | Rejection | StoreFailed
+@dataclass(frozen=True, slots=True)
+class NotSealed:
+    """The block could not be put into the clustered ledger (another SN seals now): nothing was
+    accepted; the client sends it again, to whichever SN seals."""
+
+    reason: str
+
+
+Outcome = Accepted | Rejection | StoreFailed | NotSealed
 
 
 @dataclass(slots=True)
@@ -91,7 +98,7 @@ class Sealer:
             try:
                 result = await asyncio.to_thread(self._seal, [p.raw for p in batch])
             except ChainLogError as exc:  # not replicated, so not stored: another SN seals now
-                self._refuse(batch, StoreFailed(f"not sealed: {exc}"))
+                self._refuse(batch, NotSealed(f"not sealed: {exc}"))
                 raise
             except StorageError as exc:  # e.g. a full disk: refuse for now, keep running, try the next batch
                 self._refuse(batch, StoreFailed(f"the SN cannot store blocks now ({exc}); try again later"))
@@ -111,7 +118,7 @@ class Sealer:
                 self.changed.set()
                 await self._announce(result)
 
-    def _refuse(self, batch: list[_Pending], outcome: StoreFailed | Rejection) -> None:
+    def _refuse(self, batch: list[_Pending], outcome: StoreFailed | NotSealed | Rejection) -> None:
         if isinstance(outcome, StoreFailed) and self._failing_since is None:
             self._failing_since = time.monotonic()
             log.error("%s; %d transaction(s) refused, they can be sent again", outcome.reason, len(batch))
