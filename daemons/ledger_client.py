@@ -269,6 +269,7 @@ class LedgerClient:
                 failure: BusError = exc
             except BusError as exc:  # no answer (RequestTimeout), or not connected
                 failure = exc
+            raise_if_cancelling()
             now = loop.time()
             deadline = deadline or now + patience.deadline
             if now >= deadline:
