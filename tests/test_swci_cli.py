@@ -92,7 +92,7 @@ EXIT
     assert done.returncode == 1, done.stdout
     lines = done.stdout.splitlines()
     assert "SWCI:0 > CREATE CONTEXT test WITH IP 127.0.0.1" in lines[0]  # echoed as the reference does
-    assert "SWCI:4 > CREATE CONTRACT first" in lines
+    assert "SWCI:4 > GET CONTRACT INFO second" in lines
     assert "no contract 'second' (LIST CONTRACTS shows them)" in lines
     assert "EXIT ON FAILURE is ON: ending the session" in lines
     assert "never" not in done.stdout
