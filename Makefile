@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint typecheck check mosquitto clean
+.PHONY: demo test bench lint typecheck check mosquitto chromium clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,10 +24,18 @@ mosquitto:
 	  else echo "mosquitto is missing: install it (apt-get install mosquitto) or tests use the amqtt fallback"; fi; \
 	fi
 
+# Debian's headless chromium and its driver run the dashboard's browser test (skipped, saying so, without).
+chromium:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get install -y -q chromium chromium-driver || (apt-get update -q && apt-get install -y -q chromium chromium-driver)) >/dev/null; \
+	  else echo "chromium is missing: install it (apt-get install chromium chromium-driver) or the browser test skips"; fi; \
+	fi
+
 demo: $(STAMP) mosquitto
 	$(PY) examples/mnist-pyt/run_demo.py
 
-test: $(STAMP) mosquitto
+test: $(STAMP) mosquitto chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP) mosquitto

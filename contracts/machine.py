@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from contracts import nodes, rounds, taskrunners, tasks, training
+from contracts import nodes, rounds, taskrunners, tasks, training, trials
 from contracts.state import State
 from contracts.tasks import ROOT_TASK, BodyValidator, taskdefs_validator
 from contracts.tx import RejectError, Rejection, Tx, check_tx
@@ -53,6 +53,9 @@ _HANDLERS: Mapping[str, Handler] = {
     "taskrunner.assign": taskrunners.assign,
     "taskrunner.status": taskrunners.status,
     "taskrunner.reset": taskrunners.reset,
+    "trial.plan": trials.plan,
+    "trial.claim": trials.claim,
+    "trial.result": trials.result,
 }
 
 
@@ -116,7 +119,7 @@ def changed_entities(old: State, new: State) -> list[tuple[str, str]]:
     """``(entity kind, key)`` of every entity added, removed or replaced between ``old`` and ``new``.
 
     Kinds: ``node``, ``contract``, ``round`` (key: the contract), ``task``, ``taskrunner``, ``identity``
-    (a revocation).
+    (a revocation), ``study`` (key: the ``RUN_TRIALS`` task).
     """
     out: list[tuple[str, str]] = []
     for kind, before, after in (
@@ -126,6 +129,7 @@ def changed_entities(old: State, new: State) -> list[tuple[str, str]]:
         ("round", old.rounds, new.rounds),
         ("task", old.tasks, new.tasks),
         ("taskrunner", old.taskrunners, new.taskrunners),
+        ("study", old.studies, new.studies),
     ):
         if before is after:
             continue
@@ -137,8 +141,11 @@ def changed_entities(old: State, new: State) -> list[tuple[str, str]]:
 def receipt(state: State, tx: Tx) -> dict[str, Any]:
     """What the sender needs to know about its accepted ``tx`` in ``state`` (the state right after it).
 
-    ``round.checkin``: the round it joined; ``round.close``: the closed round's leader.
+    ``round.checkin``: the round it joined; ``round.close``: the closed round's leader; ``trial.claim``:
+    the trial to run.
     """
+    if tx.kind == "trial.claim":
+        return trials.claim_receipt(state, tx)
     if tx.kind == "round.checkin":
         book = state.rounds[tx.body["contract"]]
         number = book.open.number if book.open is not None else None

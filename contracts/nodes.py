@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from contracts import rounds, taskrunners
+from contracts import rounds, taskrunners, trials
 from contracts.state import Node, Revocation, State, put
 from contracts.tx import RejectError, Tx
 
@@ -87,6 +87,7 @@ def _take_offline(state: State, node: Node, reason: str, time: float) -> State:
         member = contract.members.get(uid)
         if member is not None and member.status != "left":
             state = rounds.member_offline(state, name, uid, time, reason or "went offline")
+    state = trials.swop_offline(state, uid, time)
     return taskrunners.swop_offline(state, uid, time)
 
 

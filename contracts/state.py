@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from contracts.trial_state import Study
 from wire.limits import packb
 
 __all__ = [
@@ -279,6 +280,7 @@ class State:
     tasks: Mapping[str, Task] = field(default_factory=dict)
     taskrunners: Mapping[str, TaskRunner] = field(default_factory=dict)
     revoked: Mapping[str, Revocation] = field(default_factory=dict)
+    studies: Mapping[str, Study] = field(default_factory=dict)
 
 
 EMPTY_STATE = State()

@@ -9,6 +9,7 @@ from typing import Any
 import msgpack
 
 from contracts import fields as f
+from contracts import trial_fields
 from wire.envelope import Envelope
 
 __all__ = [
@@ -29,6 +30,7 @@ TX_PREFIX = "tx:"
 ADMIN_ROLES = frozenset({"swci", "sn"})  # the SN administers too: it seals genesis
 TASK_TYPES = (
     "RUN_SWARM",
+    "RUN_TRIALS",
     "MAKE_USER_CONTAINER",
     "MAKE_USER_ENV",
     "MAKE_SWARM_USER_CONTENT",
@@ -212,6 +214,9 @@ KINDS: Mapping[str, KindSpec] = {
         },
     ),
     "taskrunner.reset": KindSpec(ADMIN_ROLES, {"taskrunner": f.Field(f.name)}),
+    "trial.plan": KindSpec(_SWOP, trial_fields.PLAN),
+    "trial.claim": KindSpec(_SWOP, trial_fields.CLAIM),
+    "trial.result": KindSpec(_SWOP, trial_fields.RESULT),
 }
 
 

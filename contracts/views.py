@@ -13,6 +13,7 @@ from typing import Any
 from contracts.rounds import close_due_at, expected_members, round_rules
 from contracts.state import Contract, Member, ModelRef, Node, Round, State, Task, TaskRunner
 from contracts.taskrunners import counts
+from contracts.trial_views import StudyNotFound, list_studies, study_best, study_brief, study_view
 
 __all__ = [
     "QUERIES",
@@ -137,6 +138,7 @@ def _perf_row(member: Member) -> View:
         "metric": _num(member.metric),
         "total_epochs": member.total_epochs,
         "completed_epochs": member.epochs_done,
+        "joined_at": member.joined_at,
         "updated_at": member.updated_at,
     }
 
@@ -450,6 +452,7 @@ def entity_view(state: State, kind: str, key: str) -> View | None:
         "task": (state.tasks, task_info),
         "taskrunner": (state.taskrunners, taskrunner_status),
         "identity": (state.revoked, revocation),
+        "study": (state.studies, study_brief),
     }
     if kind not in views:
         raise QueryError(f"unknown entity kind {kind!r} (known: {', '.join(views)})")
@@ -502,6 +505,11 @@ QUERIES: Mapping[str, Callable[[State, Mapping[str, Any], str], Any]] = {
     ),
     "node": lambda state, args, q: node_info(state, _arg(args, "uid", q)),
     "identities.revoked": lambda state, args, q: revocations(state),
+    "studies": lambda state, args, q: list_studies(state),
+    "study": lambda state, args, q: study_view(
+        state, _arg(args, "name", q), bool(_arg(args, "detail", q, (bool,), optional=True))
+    ),
+    "study.best": _named(study_best),
 }
 
 
@@ -516,4 +524,7 @@ def query(state: State, name: str, args: Mapping[str, Any]) -> Any:
         raise QueryError(f"unknown query {name!r} (known: {', '.join(QUERIES)})")
     if not isinstance(args, Mapping):
         raise QueryError(f"query {name!r}: arguments must be a map")
-    return handler(state, args, name)
+    try:
+        return handler(state, args, name)
+    except StudyNotFound as exc:
+        raise QueryError(str(exc)) from None

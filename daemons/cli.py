@@ -1,4 +1,4 @@
-"""``swarm``: the daemons' command line (sn, swop, sl, broker, certs)."""
+"""``swarm``: the daemons' command line (sn, swop, sl, broker, certs, dashboard)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ _SUBCOMMANDS = {
     "sl": "daemons.sl.cli",
     "broker": "daemons.broker.cli",
     "certs": "certs.cli",
+    "dashboard": "daemons.dashboard.cli",
 }
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.history import HistoryIndex
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError
 from daemons.bus.session import Subscription
@@ -157,6 +158,42 @@ class LedgerClient:
     async def status(self) -> dict[str, Any]:
         """The SN's own status: uid, height, head, sentinel, version."""
         return dict(await self.bus.request(self.sn, "status", {}, timeout=self.timeout, role="sn"))
+
+    async def blocks(self, start: int) -> tuple[list[bytes], int]:
+        """Stored blocks from height ``start`` on (a batch, not necessarily to the head) and the head."""
+        reply = await self.bus.request(self.sn, "blocks", {"start": start}, timeout=self.timeout)
+        raw, head = reply.get("blocks"), reply.get("head")
+        if (
+            not isinstance(raw, list)
+            or not all(isinstance(b, bytes) for b in raw)
+            or not isinstance(head, int)
+        ):
+            raise BusError(f"SN {self.sn!r} sent a malformed blocks reply")
+        return raw, head
+
+    async def read_history(self, index: HistoryIndex) -> HistoryIndex:
+        """Fold the blocks ``index`` has not seen yet, up to the head (decoding off the event loop).
+
+        Raises:
+            BusError: the SN cannot be reached, or it sent a block that does not decode or follow.
+        """
+        while True:
+            raw, head = await self.blocks(index.height + 1)
+            if raw:
+                try:
+                    await asyncio.to_thread(index.add_all, raw)
+                except ValueError as exc:  # BlockError: the reply is not the chain
+                    raise BusError(f"SN {self.sn!r} sent a block the history cannot use: {exc}") from None
+            if not raw or index.height >= head:
+                return index
+
+    async def history(self, contract: str, run: int | None = None) -> dict[str, Any]:
+        """Every progress report and merged round of ``contract`` (``run``: 0-based; None: the latest
+        run with records) as plain data: ``{contract, run, runs, records}``; read from the chain."""
+        index = await self.read_history(HistoryIndex())
+        chosen = index.latest_run(contract) if run is None else run
+        records = [r.as_dict() for r in index.records(contract, chosen)]
+        return {"contract": contract, "run": chosen, "runs": index.runs(contract), "records": records}
 
     @contextlib.asynccontextmanager
     async def watch(self, entity: str, key: str = "+") -> AsyncIterator[Watch]:

@@ -46,6 +46,8 @@ __all__ = [
     "ListTasks",
     "Ls",
     "Perfdata",
+    "PerfdataHistory",
+    "PlotContract",
     "Pwd",
     "ResetContract",
     "ResetTaskrunner",
@@ -56,6 +58,7 @@ __all__ = [
     "WaitForIp",
     "WaitForService",
     "WaitForTaskrunner",
+    "WatchContract",
 ]
 
 
@@ -393,3 +396,30 @@ class WaitForService(Command):
 
     service: str
     retries: int | None = None
+
+
+# --- training views (extensions of open Swarm Learning) ----------------------------------
+
+
+@dataclass(frozen=True)
+class PerfdataHistory(Command):
+    """``PERFDATA <contract> HISTORY [TO <file>]``: every progress report and merged round."""
+
+    name: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class WatchContract(Command):
+    """``WATCH CONTRACT <contract> [timeout]``: the live view until the training is over."""
+
+    name: str
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class PlotContract(Command):
+    """``PLOT CONTRACT <contract> [TO <dir>]``: PNG training curves."""
+
+    name: str
+    path: str | None = None

@@ -42,6 +42,7 @@ from swci.output import Result
 from swci.progress import AttemptDisplay
 from swci.remote_commands import HANDLERS, Call, Handler
 from swci.session import SessionState
+from swci.training_commands import TRAINING_HANDLERS
 from swci.waiting import DEFAULT_RETRIES, Settings, wait_for_sn, wait_interval
 
 __all__ = ["SwciExecutor"]
@@ -153,7 +154,7 @@ class SwciExecutor:
             return run_context_command(cmd, self.store, session, tls=self.tls)
         if isinstance(cmd, WaitForIp | WaitForService):
             return await self._wait_for_sn(cmd)
-        handler = HANDLERS.get(type(cmd))
+        handler = HANDLERS.get(type(cmd)) or TRAINING_HANDLERS.get(type(cmd))
         if handler is None:
             return Result.failure(f"{REGISTRY.spec_for(cmd).name} is not supported by this swci")
         try:

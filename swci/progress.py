@@ -9,7 +9,7 @@ mode nothing is shown but the result.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -135,6 +135,14 @@ class _Panel:
         self.view: View = {}
         self.started = time.monotonic()
         self.spinner = Spinner("dots", style="cyan")
+        self.extra: Callable[[], RenderableType | None] | None = None
+
+    def _elapsed(self) -> float:
+        """Seconds since the assignment (ledger time), else since the wait began."""
+        assigned = self.view.get("assigned_at")
+        if isinstance(assigned, int | float) and not isinstance(assigned, bool):
+            return max(0.0, time.time() - assigned)
+        return time.monotonic() - self.started
 
     def __rich__(self) -> RenderableType:
         view = self.view
@@ -150,11 +158,14 @@ class _Panel:
         peers = Text(
             f"active {view.get('active', 0)}  completed {view.get('completed', 0)}  "
             f"failed {view.get('failed', 0)}  required {view.get('required', 0)}  "
-            f"elapsed {elapsed(time.monotonic() - self.started)}",
+            f"elapsed {elapsed(self._elapsed())}",
             style="dim",
         )
         grid.add_row(self.spinner, headline)
         grid.add_row("", peers)
+        extra = self.extra() if self.extra is not None else None
+        if extra is not None:
+            grid.add_row("", extra)
         return grid
 
 
@@ -168,6 +179,15 @@ class LiveProgress:
     def __init__(self, console: Console, name: str) -> None:
         self._panel = _Panel(name)
         self._live = Live(self._panel, console=console, refresh_per_second=4, transient=True)
+
+    @property
+    def extra(self) -> Callable[[], RenderableType | None] | None:
+        """What the panel shows below the taskrunner (the training view), if anything."""
+        return self._panel.extra
+
+    @extra.setter
+    def extra(self, draw: Callable[[], RenderableType | None] | None) -> None:
+        self._panel.extra = draw
 
     def __enter__(self) -> LiveProgress:
         self._live.start()

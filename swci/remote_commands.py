@@ -16,7 +16,6 @@ ASSIGN TASK                        ``taskrunner.assign`` (peers: int or "ALL", o
 GET TASKRUNNER INFO / STATUS       queries ``taskrunner.info``, ``taskrunner.status``
 GET TASKRUNNER PEER STATUS         query ``taskrunner.peer_status``
 LIST TASKRUNNERS / ... PEERS       queries ``taskrunners``, ``taskrunner.peers``
-WAIT FOR TASKRUNNER                events of ``taskrunner`` + query ``taskrunner.status``
 LIST NODES                         query ``nodes`` (online ones)
 REVOKE IDENTITY                    ``identity.revoke``
 LIST REVOKED IDENTITIES            query ``identities.revoked``
@@ -24,7 +23,8 @@ GET CONTEXT VERSION                the SN's ``status``
 =================================  ==========================================================
 
 Handlers raise the bus's errors (``Rejected`` with the ledger's reason, ``RemoteError`` for a
-missing entity); :class:`swci.executor.SwciExecutor` turns them into failed results.
+missing entity); :class:`swci.executor.SwciExecutor` turns them into failed results. WAIT FOR
+TASKRUNNER and the training views are in :mod:`swci.training_commands`.
 """
 
 from __future__ import annotations
@@ -66,11 +66,9 @@ from swci.commands import (
     ResetContract,
     ResetTaskrunner,
     RevokeIdentity,
-    WaitForTaskrunner,
 )
 from swci.connection import LedgerLink
 from swci.output import Result
-from swci.progress import taskrunner_progress
 from swci.session import SessionState
 from swci.tables import (
     contract_status_table,
@@ -88,7 +86,7 @@ from swci.tables import (
     view_table,
 )
 from swci.task_files import create_task_from
-from swci.waiting import Settings, wait_for_taskrunner, wait_limit
+from swci.waiting import Settings
 
 __all__ = ["HANDLERS", "Call", "Handler"]
 
@@ -319,17 +317,6 @@ async def _list_taskrunners(cmd: ListTaskrunners, call: Call) -> Result:
 async def _taskrunner_peers(cmd: ListTaskrunnerPeers, call: Call) -> Result:
     views = await call.link.query("taskrunner.peers", name=cmd.name)
     return Result.success(table=taskrunner_peers_table(cmd.name, views), data=views)
-
-
-@_handles(WaitForTaskrunner)
-async def _wait_for_taskrunner(cmd: WaitForTaskrunner, call: Call) -> Result:
-    progress = taskrunner_progress(call.console, cmd.name, enabled=call.progress)
-    return await wait_for_taskrunner(
-        call.link,
-        cmd.name,
-        limit=lambda view: wait_limit(cmd.timeout, view, call.setting),
-        progress=progress,
-    )
 
 
 # --- nodes and the SN ------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from taskdefs.bodies import (
     PullAuth,
     PullImageBody,
     RunSwarmBody,
+    RunTrialsBody,
     SharedMount,
     TaskBody,
     UserContentOp,
@@ -58,6 +59,7 @@ from taskdefs.task import (
     parse_task_definition,
     validate_task_body,
 )
+from taskdefs.trials import MAX_TRIALS, ParamRange, SearchSpace, TrialParams, expand_search
 
 __all__ = [
     "BODY_MODELS",
@@ -82,6 +84,12 @@ __all__ = [
     "PullImageBody",
     "ResourceManager",
     "RunSwarmBody",
+    "RunTrialsBody",
+    "SearchSpace",
+    "ParamRange",
+    "TrialParams",
+    "MAX_TRIALS",
+    "expand_search",
     "SharedMount",
     "SlNodeDef",
     "SwopProfile",

@@ -27,6 +27,7 @@ from taskdefs.fields import (
     StrictModel,
     reject_placeholder,
 )
+from taskdefs.trials import SearchSpace
 from taskdefs.validation import CUSTOM_ERROR
 
 __all__ = [
@@ -38,12 +39,14 @@ __all__ = [
     "PullAuth",
     "PullImageBody",
     "RunSwarmBody",
+    "RunTrialsBody",
     "SharedMount",
     "TaskBody",
     "UserContentOp",
     "UserContentOption",
 ]
 
+TrialName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
 CommandStr = Annotated[FreeStr, AfterValidator(reject_placeholder)]
 
 
@@ -76,6 +79,23 @@ class RunSwarmBody(StrictModel):
         if value is None:
             return None
         return [{name: item} for name, item in value]
+
+
+class RunTrialsBody(RunSwarmBody):
+    """``RUN_TRIALS``: run ``Entrypoint Command`` once per trial of ``Search``.
+
+    ``Mode: LOCAL`` (the default) runs each trial as one process on one slot of a SWOP host (a GPU, or
+    a CPU slot where there is none). A trial reports its metrics with
+    ``swarmlearning.trial.report_trial``; ``Metric`` names the one that ranks trials and ``Goal`` says
+    whether lower (``MINIMIZE``) or higher is better. A trial whose process dies is run again up to
+    ``Retries`` times.
+    """
+
+    mode: Literal["LOCAL"] = Field(default="LOCAL", alias="Mode")
+    search: SearchSpace = Field(alias="Search")
+    metric: TrialName = Field(alias="Metric")
+    goal: Literal["MINIMIZE", "MAXIMIZE"] = Field(default="MINIMIZE", alias="Goal")
+    retries: Annotated[int, Field(ge=0, le=10)] = Field(default=1, alias="Retries")
 
 
 BuildStep = Annotated[str, StringConstraints(max_length=160)]
@@ -190,10 +210,18 @@ class PullImageBody(StrictModel):
     auth: Auth | None = Field(alias="Auth")
 
 
-TaskBody = RunSwarmBody | MakeUserContainerBody | MakeUserEnvBody | MakeSwarmUserContentBody | PullImageBody
+TaskBody = (
+    RunSwarmBody
+    | RunTrialsBody
+    | MakeUserContainerBody
+    | MakeUserEnvBody
+    | MakeSwarmUserContentBody
+    | PullImageBody
+)
 
 BODY_MODELS: dict[str, type[TaskBody]] = {
     "RUN_SWARM": RunSwarmBody,
+    "RUN_TRIALS": RunTrialsBody,
     "MAKE_USER_CONTAINER": MakeUserContainerBody,
     "MAKE_USER_ENV": MakeUserEnvBody,
     "MAKE_SWARM_USER_CONTENT": MakeSwarmUserContentBody,

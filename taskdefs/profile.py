@@ -188,10 +188,25 @@ def _single_key_maps(value: object) -> object:
     return merged
 
 
+def _nproc(value: object) -> object:
+    """``nproc``: a number of processes (1-64) or ``gpus`` (one per GPU the node gets)."""
+    if isinstance(value, str) and value.strip().lower() == "gpus":
+        return "gpus"
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 64:
+        return value
+    msg = f"must be a number of processes (1-64) or 'gpus' (one per GPU of the node), got {describe(value)}"
+    raise located_error(msg)
+
+
 class ContainerOptions(StrictModel):
-    """``usrcontaineropts``: only ``gpus`` is used; the AMD/Docker options are kept, ignored."""
+    """``usrcontaineropts``: ``gpus``, and ours, ``nproc``; the AMD/Docker options are kept, ignored.
+
+    ``nproc`` (ours) runs the ML program as that many local processes under torchrun (one per GPU
+    with ``nproc: gpus``); rank 0 syncs with the swarm and broadcasts to the others.
+    """
 
     gpus: Annotated[GpuRequest, BeforeValidator(parse_gpu_request)] | None = None
+    nproc: Annotated[int | Literal["gpus"], BeforeValidator(_nproc)] | None = None
     device: list[str] | None = None
     ipc: str | None = None
     shm_size: str | None = Field(default=None, alias="shm-size")
@@ -231,6 +246,11 @@ class SlNodeDef(StrictModel):
     def gpus(self) -> GpuRequest | None:
         """The node's GPU request, if any."""
         return self.usrcontaineropts.gpus if self.usrcontaineropts else None
+
+    @property
+    def nproc(self) -> int | Literal["gpus"] | None:
+        """How many local processes the node's ML program runs as (None: one, without torchrun)."""
+        return self.usrcontaineropts.nproc if self.usrcontaineropts else None
 
 
 class NodeEntry(StrictModel):

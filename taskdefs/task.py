@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 TaskType = Literal[
-    "RUN_SWARM", "MAKE_USER_CONTAINER", "MAKE_USER_ENV", "MAKE_SWARM_USER_CONTENT", "PULL_IMAGE"
+    "RUN_SWARM", "MAKE_USER_CONTAINER", "MAKE_USER_ENV", "MAKE_SWARM_USER_CONTENT", "PULL_IMAGE", "RUN_TRIALS"
 ]
 
 _WHAT = "a task definition: a mapping with keys Name, TaskType, Author, Prereq, Outcome, Body"

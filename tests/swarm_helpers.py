@@ -57,6 +57,7 @@ def start_sl(
     work: Path,
     sl_env: dict[str, str] | None = None,
     entrypoint: str = "python3",
+    sl_args: list[str] | None = None,
     **env: object,
 ) -> RunningSL:
     """Start ``swarm sl`` for ``uid`` running the tiny program in its own copy of the program dir."""
@@ -69,7 +70,7 @@ def start_sl(
         sys.executable, "-m", "daemons.cli", "sl", "--name", uid, "--sn-api-port", str(sn.port),
         "--ml-w", str(node_dir), "--ml-cmd", PROGRAM.name, "--run-dir", str(node_dir / "run"),
         "--ml-entrypoint", entrypoint,
-        "--linger", "10",
+        "--linger", "10", *(sl_args or []),
     ]  # fmt: skip
     for key, value in ml_env.items():
         argv += ["--ml-e", f"{key}={value}"]

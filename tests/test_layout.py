@@ -31,7 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
 PACKAGES = tuple(ALLOWED)
 
 # The actors inside daemons/: each may use what daemons/ shares, never another actor.
-ACTORS = frozenset({"daemons.sn", "daemons.swop", "daemons.sl"})
+ACTORS = frozenset({"daemons.sn", "daemons.swop", "daemons.sl", "daemons.dashboard"})
 # The only parts of daemons/ the shell may use: the bus, identities and the SN's client.
 SWCI_MAY_USE = frozenset({"daemons.bus", "daemons.identity", "daemons.ledger_client"})
 # The one module that may import every actor: the `swarm` command dispatching to them.

@@ -234,6 +234,7 @@ def test_progress_is_perfdata() -> None:
             "metric": 0.9,
             "total_epochs": 5,
             "completed_epochs": 2,
+            "joined_at": sim.time,
             "updated_at": sim.time,
         }
     ]

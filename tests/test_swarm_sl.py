@@ -122,11 +122,15 @@ def test_a_leader_killed_mid_merge_is_replaced_and_the_round_finishes(sn: Runnin
     assert survivors[0].final_digest() == survivors[1].final_digest() is not None
 
 
-def test_a_site_training_with_torchrun_ddp_joins_the_swarm(sn: RunningSN, tmp_path: Path) -> None:
-    torchrun = "python3 -m torch.distributed.run --standalone --nproc_per_node 2"
-    ddp = start_sl(sn, "sl-ddp", tmp_path, entrypoint=torchrun, SEED=1, MIN_PEERS=2)
-    single = start_sl(sn, "sl-one", tmp_path, SEED=2, MIN_PEERS=2)
-    assert [ddp.wait(), single.wait()] == [0, 0], ddp.output()[-3000:]
+def test_a_two_process_gloo_site_ends_with_the_swarms_model_on_every_rank(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    cpu = {"CUDA_VISIBLE_DEVICES": ""}  # gloo on CPU even on a GPU host
+    ddp = start_sl(sn, "sl-ddp", tmp_path, sl_args=["--ml-nproc", "2"], SEED=1, MIN_PEERS=3, **cpu)
+    singles = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=3) for i in (2, 3)]
+    codes = [ddp.wait(), *(node.wait() for node in singles)]
+    assert codes == [0, 0, 0], [n.output()[-3000:] for n in (ddp, *singles)]
+    assert "torch.distributed.run --standalone --nproc-per-node=2" in ddp.output()
     ranks = ddp.final_digests()
     assert len(ranks) == 2, ddp.output()[-2000:]  # both ranks hold the final model
-    assert set(ranks) == {single.final_digest()}
+    assert set(ranks) == {node.final_digest() for node in singles}

@@ -14,7 +14,7 @@ from swci.completion import TASK_TYPES, SwciCompleter, suggest
 
 ROOT = [
     "APPEND", "ASSIGN", "CD", "CREATE", "DELETE", "EXIT", "FINALIZE", "GET", "HELP",
-    "LIST", "LS", "PERFDATA", "PWD", "RESET", "REVOKE", "SET", "SLEEP", "SWITCH", "WAIT",
+    "LIST", "LS", "PERFDATA", "PLOT", "PWD", "RESET", "REVOKE", "SET", "SLEEP", "SWITCH", "WAIT", "WATCH",
 ]  # fmt: skip
 
 SUGGEST: list[tuple[str, list[str]]] = [
@@ -32,12 +32,28 @@ SUGGEST: list[tuple[str, list[str]]] = [
     ("create context demo ", ["WITH"]),
     ("create context demo with ", ["IP", "SERVICE"]),
     ("create context demo with ip sn1 ", ["<port>"]),
-    ("get ", ["CONTEXT", "CONTRACT", "TASK", "TASKRUNNER"]),
+    ("get ", ["BEST", "CONTEXT", "CONTRACT", "TASK", "TASKRUNNER"]),
     ("GET TASKRUNNER ", ["INFO", "PEER", "STATUS"]),
+    ("perfdata c ", ["HISTORY"]),
+    ("perfdata c history ", ["TO"]),
+    ("watch ", ["CONTRACT"]),
     ("get taskrunner peer ", ["STATUS"]),
     ("get taskrunner peer status tr ", ["<index|uid>"]),
     ("get context info ", ["<ctx>"]),
-    ("list ", ["CONTEXT", "CONTEXTS", "CONTRACTS", "NODES", "REVOKED", "TASKRUNNER", "TASKRUNNERS", "TASKS"]),
+    (
+        "list ",
+        [
+            "CONTEXT",
+            "CONTEXTS",
+            "CONTRACTS",
+            "NODES",
+            "REVOKED",
+            "TASKRUNNER",
+            "TASKRUNNERS",
+            "TASKS",
+            "TRIALS",
+        ],
+    ),
     ("list taskrunner ", ["PEERS"]),
     ("assign task ", ["<task>"]),
     ("assign task t ", ["TO"]),

@@ -34,6 +34,7 @@ from swci.progress import HashProgress
 from swci.remote_commands import HANDLERS
 from swci.runner import Outcome, run_line
 from swci.session import SessionState
+from swci.training_commands import TRAINING_HANDLERS
 from swci.waiting import TIMEOUT_WARNING, wait_limit
 from tests.conftest import RunningSN
 
@@ -533,5 +534,5 @@ async def test_a_broken_contexts_file_is_reported_not_raised(tmp_path: Path) -> 
 
 def test_every_command_has_an_executor() -> None:
     kinds = [getattr(commands, name) for name in commands.__all__ if name != "Command"]
-    handled = (*LOCAL_COMMANDS, *CONTEXT_COMMANDS, WaitForIp, WaitForService, *HANDLERS)
+    handled = (*LOCAL_COMMANDS, *CONTEXT_COMMANDS, WaitForIp, WaitForService, *HANDLERS, *TRAINING_HANDLERS)
     assert [kind.__name__ for kind in kinds if kind not in handled] == []

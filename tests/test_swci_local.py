@@ -92,7 +92,7 @@ async def test_help_results() -> None:
     everything = await local.execute(Help(), session)
     assert everything.ok
     assert everything.table is not None
-    assert len(everything.table.rows) == len(REGISTRY.visible()) == 43
+    assert len(everything.table.rows) == len(REGISTRY.visible()) == 48
     assert everything.table.rows[0][:2] == ("Contexts", "CREATE CONTEXT")
     assert everything.table.rows[-1][0] == "Session and files"
     unknown = await local.execute(Help(("ASIGN",)), session)

@@ -42,6 +42,8 @@ from swci.commands import (
     ListTasks,
     Ls,
     Perfdata,
+    PerfdataHistory,
+    PlotContract,
     Pwd,
     ResetContract,
     ResetTaskrunner,
@@ -52,11 +54,13 @@ from swci.commands import (
     WaitForIp,
     WaitForService,
     WaitForTaskrunner,
+    WatchContract,
 )
 from swci.errors import ScriptError, SwciSyntaxError
 from swci.grammar import REGISTRY
 from swci.parser import parse_line, parse_script
 from swci.tokenizer import TokenKind, tokenize
+from swci.trials import GetBestTrial, ListTrials, PlotTrials
 
 TR = "defaulttaskbb.taskdb.sml.hpe"
 BB = "defaultbb.cqdb.sml.hpe"
@@ -84,6 +88,12 @@ VALID: list[tuple[str, Command]] = [
     (f"GET CONTRACT STATUS {BB}", GetContractStatus(BB)),
     ("LIST CONTRACTS", ListContracts()),
     (f"PERFDATA {BB}", Perfdata(BB)),
+    (f"perfdata {BB} history", PerfdataHistory(BB)),
+    (f"PERFDATA {BB} HISTORY TO out/h.csv", PerfdataHistory(BB, "out/h.csv")),
+    (f"WATCH CONTRACT {BB}", WatchContract(BB)),
+    (f"watch contract {BB} 90", WatchContract(BB, 90.0)),
+    (f"PLOT CONTRACT {BB}", PlotContract(BB)),
+    (f"PLOT CONTRACT {BB} TO plots", PlotContract(BB, "plots")),
     (f"RESET CONTRACT {BB}", ResetContract(BB)),
     # tasks
     (
@@ -119,6 +129,11 @@ VALID: list[tuple[str, Command]] = [
     (f"RESET TASKRUNNER {TR}", ResetTaskrunner(TR)),
     (f"WAIT FOR TASKRUNNER {TR}", WaitForTaskrunner(TR)),
     (f"WAIT FOR TASKRUNNER {TR} 90", WaitForTaskrunner(TR, 90.0)),
+    # trials (ours)
+    ("LIST TRIALS bagging", ListTrials("bagging")),
+    ("get best trial bagging", GetBestTrial("bagging")),
+    ("PLOT TRIALS bagging", PlotTrials("bagging")),
+    ("PLOT TRIALS bagging TO plots/out", PlotTrials("bagging", "plots/out")),
     # miscellaneous
     ("HELP", Help(None)),
     ("help assign task", Help(("ASSIGN", "TASK"))),
@@ -223,7 +238,7 @@ ERRORS: list[tuple[str, int, str]] = [
     (
         "GET TASKRUNER STATUS tr",
         5,
-        "expected CONTEXT, CONTRACT, TASK or TASKRUNNER after GET, got 'TASKRUNER' "
+        "expected BEST, CONTEXT, CONTRACT, TASK or TASKRUNNER after GET, got 'TASKRUNER' "
         "(did you mean TASKRUNNER?)",
     ),
     ("GET TASKRUNNER", 16, "expected INFO, PEER or STATUS after GET TASKRUNNER, got end of line"),

@@ -293,7 +293,7 @@ def test_error_points_at_the_key_and_names_the_path(tmp_path: Path, monkeypatch:
             "TaskType: RUN_SWARM",
             "TaskType: BUILD_SWARM",
             "2:1: TaskType: must be one of RUN_SWARM, MAKE_USER_CONTAINER, MAKE_USER_ENV, "
-            "MAKE_SWARM_USER_CONTENT or PULL_IMAGE, got 'BUILD_SWARM'",
+            "MAKE_SWARM_USER_CONTENT, PULL_IMAGE or RUN_TRIALS, got 'BUILD_SWARM'",
         ),
         (
             "    SharedContent:\n    -   Src: /home/user/workspace/mnist/model\n"

@@ -54,13 +54,23 @@ class _PahoErrors(logging.Handler):
         self._on_error(record.getMessage())
 
 
-def _describe(exc: BaseException | str) -> str:
-    """Turn aiomqtt/paho/ssl failures into one line a user can act on."""
+NEEDS_CERTIFICATES = "this SN requires client certificates (--cert/--key/--capath)"
+NO_TLS = (
+    "does this SN run without certificates? Its broker does not speak TLS (then drop --cert/--key/--capath)"
+)
+
+
+def _describe(exc: BaseException | str, *, tls: bool | None = None) -> str:
+    """Turn aiomqtt/paho/ssl failures into one line a user can act on (``tls``: whether we use TLS)."""
     text = str(exc)
     cause = None if isinstance(exc, str) else exc.__cause__ or exc.__context__
     if isinstance(exc, ssl.SSLCertVerificationError) or isinstance(cause, ssl.SSLCertVerificationError):
         return f"the broker's certificate is not trusted ({exc}); is it from this swarm's CA?"
     lowered = text.lower()
+    if tls is False and ("reset by peer" in lowered or "errno 104" in lowered):
+        return f"{NEEDS_CERTIFICATES}; its broker closed our plain connection ({text})"
+    if tls and any(m in lowered for m in ("wrong version number", "record layer failure", "reset by peer")):
+        return f"{NO_TLS} ({text})"
     if "certificate required" in lowered:
         return f"the broker requires a TLS client certificate and we sent none ({text})"
     if "unknown ca" in lowered:
@@ -74,11 +84,13 @@ def _describe(exc: BaseException | str) -> str:
     return text or type(exc).__name__
 
 
-def _is_fatal(exc: BaseException | str) -> bool:
-    """Errors that another attempt cannot fix (bad certificates, refused identity)."""
+def _is_fatal(exc: BaseException | str, described: str = "") -> bool:
+    """Errors that another attempt cannot fix (bad certificates, refused identity, TLS mismatch)."""
     text = str(exc).lower()
-    return isinstance(exc, ssl.SSLError) or any(
-        marker in text for marker in ("certificate", "not authori", "ssl", "tls")
+    return (
+        isinstance(exc, ssl.SSLError)
+        or any(marker in text for marker in ("certificate", "not authori", "ssl", "tls"))
+        or described.startswith((NEEDS_CERTIFICATES, NO_TLS))
     )
 
 
@@ -258,15 +270,15 @@ class Bus:
     def _note_paho_error(self, text: str) -> None:
         if "timed out" in text.lower() and self._last_error:
             return
-        self._last_error = _describe(text)
-        if not self._ever_connected and _is_fatal(text):
+        self._last_error = _describe(text, tls=self.config.tls is not None)
+        if not self._ever_connected and _is_fatal(text, self._last_error):
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
         # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error).
         if not (self._last_error and "timed out" in str(exc).lower()):
-            self._last_error = _describe(exc)
-            if not self._ever_connected and _is_fatal(exc):
+            self._last_error = _describe(exc, tls=self.config.tls is not None)
+            if not self._ever_connected and _is_fatal(exc, self._last_error):
                 self._failed.set()
         if self._ever_connected:
             log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.config.broker, self._last_error)

@@ -15,8 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from daemons.bus import BusConnectError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
-from daemons.gpus import cuda_env
+from daemons.gpus import cuda_env, visible_gpus
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args, node_uid
 from daemons.logs import LOG_FORMAT, setup_logging
 from daemons.rundir import build_run_dir, parse_mount, settle
@@ -55,6 +56,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--ml-e", action="append", default=[], metavar="KEY=VALUE", help="environment (repeatable)"
     )
     p.add_argument("--ml-gpus", help='GPUs: "all", "device=0,1", a count, or "auto"')
+    p.add_argument(
+        "--ml-nproc",
+        default="1",
+        help='processes of the ML program: a number or "gpus" (one per GPU); several run under torchrun',
+    )
     p.add_argument("--ml-python", help="python of the ML environment (what python/python3 entrypoints run)")
     p.add_argument("--gpu-slot", type=int, default=0, help="position of this node for --ml-gpus auto")
     p.add_argument("--run-dir", type=Path, help="where the node's run directory and logs go")
@@ -80,6 +86,17 @@ def _entrypoint(entrypoint: str, python: str | None) -> str:
     if parts and parts[0] in _PYTHONS:
         parts[0] = python or sys.executable
     return shlex.join(parts)
+
+
+def _nproc(value: str, env: dict[str, str]) -> int:
+    """``--ml-nproc``: a number of processes, or ``gpus``: one per GPU the program may use."""
+    if value.strip().lower() == "gpus":
+        given = env.get("CUDA_VISIBLE_DEVICES")
+        gpus = [d for d in given.split(",") if d.strip()] if given is not None else visible_gpus()
+        return max(1, len(gpus))
+    if not value.strip().isdigit() or not 1 <= int(value) <= 64:
+        raise ValueError(f'--ml-nproc {value!r} must be a number of processes (1-64) or "gpus"')
+    return int(value)
 
 
 def options_from_args(args: argparse.Namespace) -> SLOptions:
@@ -110,6 +127,8 @@ def options_from_args(args: argparse.Namespace) -> SLOptions:
         cwd=cwd,
         env=env,
         log_path=run_dir / "ml.log",
+        nproc=_nproc(args.ml_nproc, env),
+        python=args.ml_python or sys.executable,
     )
     return SLOptions(
         uid=uid,
@@ -162,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     _add_program_log(program_log(options.ml))
     try:
         return asyncio.run(_main(SLNode(options)))
+    except BusConnectError as exc:  # no broker, or a certificate mismatch: the message says which
+        logging.getLogger("swarm.sl").error("%s", exc)
+        raise SystemExit(f"swarm sl {options.uid}: {exc}") from None
     except Exception as exc:
         logging.getLogger("swarm.sl").exception("the SL failed")
         raise SystemExit(f"swarm sl {options.uid}: {exc}") from None

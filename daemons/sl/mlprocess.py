@@ -1,4 +1,9 @@
-"""The user's ML program as a child of the SL: started with its environment, logged, stopped gently."""
+"""The user's ML program as a child of the SL: started with its environment, logged, stopped gently.
+
+A node asking for several local processes (``nproc``, one per GPU say) runs its program under torchrun
+(``python -m torch.distributed.run --standalone``): torchrun starts one rank per process and gives each
+``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``; rank 0 talks to the SL and broadcasts to the others.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,14 @@ import asyncio
 import logging
 import os
 import shlex
+import sys
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from daemons.processes import stop_process_group
 
-__all__ = ["MLProcess", "MLSpec"]
+__all__ = ["MLProcess", "MLSpec", "torchrun_argv"]
 
 log = logging.getLogger("swarm.sl.ml")
 
@@ -26,10 +32,35 @@ class MLSpec:
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
+    nproc: int = 1
+    python: str = sys.executable
 
     def argv(self) -> list[str]:
-        """The command line (the reference's Entrypoint + Command)."""
-        return [*shlex.split(self.entrypoint), *shlex.split(self.command)]
+        """The command line: the reference's Entrypoint + Command, under torchrun when ``nproc`` > 1."""
+        command = [*shlex.split(self.entrypoint), *shlex.split(self.command)]
+        return torchrun_argv(command, self.nproc, self.python) if self.nproc > 1 else command
+
+
+def _is_python(program: str) -> bool:
+    name = PurePath(program).name
+    return name == "python" or (name.startswith("python") and name[6:].replace(".", "").isdigit())
+
+
+def torchrun_argv(command: list[str], nproc: int, python: str) -> list[str]:
+    """``command`` run as ``nproc`` local ranks by torchrun.
+
+    A Python command (``python3 model.py``, ``python -m pkg``) becomes ``python -m torch.distributed.run
+    ... model.py`` with that interpreter; any other program runs under torchrun's ``--no-python`` with
+    ``python`` (the ML environment's interpreter) running torchrun.
+    """
+    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    if command and _is_python(command[0]):
+        rest = [arg for arg in command[1:2] if arg != "-u"] + command[2:]  # output is unbuffered anyway
+        if rest and not rest[0].startswith("-"):
+            return [command[0], *launch, *rest]
+        if len(rest) > 1 and rest[0] == "-m":
+            return [command[0], *launch, "-m", *rest[1:]]
+    return [python, *launch, "--no-python", *command]
 
 
 class MLProcess:

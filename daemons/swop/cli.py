@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 from pathlib import Path
 
+from daemons.bus import BusConnectError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args
 from daemons.logs import setup_logging
+from daemons.swop.checks import check_profile
 from daemons.swop.node import SwopNode, SwopOptions
 from taskdefs import SwopProfile, TaskDefError, load_swop_profile
 
@@ -30,6 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--sn-uid", help="talk to this SN (default: the sentinel online)")
     p.add_argument(
         "--work-dir", type=Path, help="run directories, environments, logs (default ./swarm-<uid>)"
+    )
+    p.add_argument(
+        "--cpu-slots",
+        type=int,
+        default=int(os.environ.get("SWOP_CPU_SLOTS", "1")),
+        help="RUN_TRIALS: trials run at once on a host without GPUs (default 1; a GPU host runs one per GPU)",
     )
     p.add_argument("--apls-ip", help="accepted for compatibility; there is no licence server")
     add_identity_arguments(p)
@@ -57,6 +66,7 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
     uid = args.uid or (identity.uid if identity else f"swop-{socket.gethostname().split('.')[0]}")
     if identity is not None and uid != identity.uid:
         raise ValueError(f"--uid {uid!r} differs from the certificate's CN {identity.uid!r}")
+    check_profile(profile, _profile_path(args), uid, identity)
     work_dir = (args.work_dir or Path.cwd() / f"swarm-{uid}").resolve()
     return SwopOptions(
         uid=uid,
@@ -66,7 +76,14 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
         network=args.network,
         identity=identity,
         sn_uid=args.sn_uid,
+        cpu_slots=_positive(args.cpu_slots, "--cpu-slots"),
     )
+
+
+def _positive(value: int, flag: str) -> int:
+    if value < 1:
+        raise ValueError(f"{flag} must be at least 1, got {value}")
+    return value
 
 
 async def _main(node: SwopNode) -> None:
@@ -81,5 +98,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, IdentityError, TaskDefError, OSError) as exc:
         raise SystemExit(f"swarm swop: {exc}") from None
     setup_logging(options.uid, log_dir=options.work_dir / "logs")
-    asyncio.run(_main(SwopNode(options)))
+    try:
+        asyncio.run(_main(SwopNode(options)))
+    except BusConnectError as exc:  # no broker, or a certificate mismatch: the message says which
+        raise SystemExit(f"swarm swop: {exc}") from None
     return 0

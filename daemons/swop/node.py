@@ -1,10 +1,13 @@
 """The SWOP daemon: enrolls on its profile's taskrunner and runs what is assigned to it.
 
 It watches the taskrunner in the ledger. A new assignment that allocates work to this SWOP starts it:
-RUN_SWARM spawns one SL per allocated ``slnodedef``; other task types run here and report as the SWOP.
+RUN_SWARM spawns one SL per allocated ``slnodedef``; RUN_TRIALS runs trials on this host's slots
+(``daemons/swop/trials.py``); other task types run here and report as the SWOP.
 Every peer's status goes to the ledger (RUNNING, COMPLETED, FAILED with exit code and last log lines).
-``RESET TASKRUNNER`` stops what still runs and removes the run directories (unless
-``SWOP_KEEP_CONTAINERS``); SIGTERM stops the children gently and ends the SWOP.
+Each SL's start, exit and completion is logged at INFO. ``RESET TASKRUNNER`` stops what still runs
+(an SL stopped so is logged as stopped, not failed), keeps the SLs' logs in ``<work-dir>/logs/<task>/``
+and removes the run directories (unless ``SWOP_KEEP_CONTAINERS``); SIGTERM stops the children gently
+and ends the SWOP.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -29,7 +33,8 @@ from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.slpeers import SLPeer, peer_spec
-from taskdefs import RunSwarmBody, SwopProfile, TaskDefError, parse_task_body
+from daemons.swop.trials import TrialRunner, TrialSetup, trial_slots
+from taskdefs import RunSwarmBody, RunTrialsBody, SwopProfile, TaskDefError, parse_task_body
 
 __all__ = ["SwopNode", "SwopOptions"]
 
@@ -52,6 +57,7 @@ class SwopOptions:
     identity: Identity | None = None
     sn_uid: str | None = None
     keep: bool = field(default_factory=lambda: _truthy(os.environ.get("SWOP_KEEP_CONTAINERS")))
+    cpu_slots: int = 1
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class SwopNode:
         self.options = options
         self.peers: dict[str, SLPeer] = {}
         self.statuses: dict[str, str] = {}
+        self.trials: dict[str, TrialRunner] = {}
         self._current: tuple[str, float, int] | None = None
         self._stop = asyncio.Event()
         self.ledger: LedgerClient | None = None
@@ -182,7 +189,9 @@ class SwopNode:
                 self.ledger.bus.uid, "SWOP", "FAILED", f"cannot read task {assignment.task}: {exc}", 1
             )
             return
-        if isinstance(body, RunSwarmBody):
+        if isinstance(body, RunTrialsBody):  # before RunSwarmBody: it extends it
+            await self._run_trials(assignment, info, body)
+        elif isinstance(body, RunSwarmBody):
             await self._run_swarm(assignment, info, body)
         else:
             await self._run_build(assignment, info, body)
@@ -201,6 +210,37 @@ class SwopNode:
         status = "COMPLETED" if result.ok else "FAILED"
         log.info("%s %s: %s", assignment.task, status, result.description)
         await self._report(me, "SWOP", status, result.description, 0 if result.ok else 1)
+
+    async def _run_trials(self, assignment: _Assignment, info: dict[str, Any], body: RunTrialsBody) -> None:
+        assert self.ledger is not None  # noqa: S101
+        me, opts = self.ledger.bus.uid, self.options
+        nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)
+        setup = TrialSetup(
+            task=assignment.task,
+            taskrunner=self.taskrunner,
+            body=body,
+            node=nodes[0] if nodes else None,
+            python=await self._python_for(info),
+            run_root=opts.work_dir / "runs" / assignment.task,
+            volumes=opts.work_dir / "volumes",
+        )
+        slots = trial_slots(opts.cpu_slots)
+        runner = TrialRunner(self.ledger, setup, slots)
+        self.trials[assignment.task] = runner
+        try:
+            await runner.plan()
+            await self._report(
+                me, "SWOP", "RUNNING", f"trials of {assignment.task} on {len(slots)} slot(s)", None
+            )
+            view = await runner.run()
+        except (BusError, Rejected) as exc:
+            await self._report(me, "SWOP", "FAILED", f"trials of {assignment.task}: {exc}", 1)
+            return
+        finally:
+            self.trials.pop(assignment.task, None)
+        counts = view.get("counts") or {}
+        done = f"{runner.ran} trial run(s) here; study: {counts.get('COMPLETED', 0)} completed, "
+        await self._report(me, "SWOP", "COMPLETED", done + f"{counts.get('FAILED', 0)} failed", 0)
 
     async def _python_for(self, info: dict[str, Any]) -> str:
         """The interpreter of the RUN_SWARM task's prerequisite environment, else this one."""
@@ -246,12 +286,18 @@ class SwopNode:
         uid = peer.spec.uid
         self.peers[uid] = peer
         await self._report(uid, "SL", "RUNNING", f"started in {peer.spec.run_dir}", None)
+        log.info("SL %s starting in %s", uid, peer.spec.run_dir)
         try:
             code = await peer.run()
         except OSError as exc:
+            log.warning("SL %s cannot start: %s", uid, exc)
             await self._report(uid, "SL", "FAILED", f"cannot start the SL: {exc}", 1)
             return
-        if code == 0:
+        log.info("SL %s (pid %s) exited with status %d", uid, peer.pid, code)
+        if peer.stopped:
+            log.info("SL %s stopped: this SWOP stopped it (RESET TASKRUNNER or shutdown)", uid)
+        elif code == 0:
+            log.info("SL %s completed: training finished", uid)
             await self._report(uid, "SL", "COMPLETED", "training finished", 0)
         else:
             description = peer.describe_failure(code)
@@ -278,6 +324,7 @@ class SwopNode:
 
     # --------------------------------------------------------------- cleanup
     async def _stop_all(self) -> None:
+        await asyncio.gather(*(runner.stop() for runner in list(self.trials.values())))
         running = [p for p in self.peers.values() if p.running]
         if running:
             log.info("stopping %d SL(s)", len(running))
@@ -292,6 +339,7 @@ class SwopNode:
             )
             return
         for peer in self.peers.values():
+            self._keep_logs(peer)
             written = remove_run_dir(peer.spec.run_dir)
             if written:
                 names = ", ".join(str(p) for p in written[:10]) + (" ..." if len(written) > 10 else "")
@@ -303,3 +351,21 @@ class SwopNode:
                     names,
                 )
         self.peers.clear()
+
+    def _keep_logs(self, peer: SLPeer) -> None:
+        """Copy the SL's and its ML program's logs out of the run directory before it goes."""
+        run_dir = peer.spec.run_dir
+        kept = self.options.work_dir / "logs" / run_dir.parent.name / peer.spec.uid
+        try:
+            logs = [
+                p
+                for p in run_dir.iterdir()
+                if p.is_file() and not p.is_symlink() and p.suffix in (".log", ".out")
+            ]
+            kept.mkdir(parents=True, exist_ok=True)
+            for path in logs:
+                shutil.copy2(path, kept / path.name)
+        except OSError as exc:
+            log.warning("could not keep the logs of SL %s from %s: %s", peer.spec.uid, run_dir, exc)
+            return
+        log.info("logs of SL %s kept in %s", peer.spec.uid, kept)

@@ -18,7 +18,7 @@ from daemons.bus.config import BrokerAddress
 from daemons.processes import stop_process_group
 from taskdefs import RunSwarmBody, SlNodeDef, SwopProfile
 
-__all__ = ["PeerSpec", "SLPeer", "sl_uid"]
+__all__ = ["PeerSpec", "SLPeer", "merge_env", "node_mounts", "sl_uid", "volume_source"]
 
 
 def sl_uid(node: SlNodeDef, swop_uid: str) -> str:
@@ -28,7 +28,8 @@ def sl_uid(node: SlNodeDef, swop_uid: str) -> str:
     return f"{swop_uid}-sl{node.idx}"
 
 
-def _merge_env(base: dict[str, str], pairs: list[tuple[str, str | None]] | None) -> dict[str, str]:
+def merge_env(base: dict[str, str], pairs: list[tuple[str, str | None]] | None) -> dict[str, str]:
+    """``base`` with ``pairs`` applied in order (a None value unsets the variable)."""
     env = dict(base)
     for key, value in pairs or []:
         if value is None:
@@ -73,33 +74,36 @@ def peer_spec(
         "--ml-entrypoint", body.entrypoint, "--ml-cmd", body.command, "--ml-w", body.working_dir,
         "--ml-python", python,
     ]  # fmt: skip
-    for mount in _mounts(node, body, volumes):
+    for mount in node_mounts(node, body, volumes):
         argv += ["--ml-v", mount]
-    ml_env = _merge_env(dict(body.envvars or []), node.usrenvvars)
+    ml_env = merge_env(dict(body.envvars or []), node.usrenvvars)
     for key, value in ml_env.items():
         argv += ["--ml-e", f"{key}={value}"]
     if node.gpus is not None:
         argv += ["--ml-gpus", str(node.gpus)]
+    if node.nproc is not None:
+        argv += ["--ml-nproc", str(node.nproc)]
     for flag, a_type in (("--cert", "CERT"), ("--key", "KEY"), ("--capath", "CAPATH")):
         src = node.identity_src(a_type) or (node.identity_src("CACERT") if a_type == "CAPATH" else None)
         if src:
             argv += [flag, src]
-    env = _merge_env(_merge_env(dict(os.environ), profile.envvars), node.slenvvars)
+    env = merge_env(merge_env(dict(os.environ), profile.envvars), node.slenvvars)
     return PeerSpec(uid, node, slot, run_dir, argv, env)
 
 
-def _mounts(node: SlNodeDef, body: RunSwarmBody, volumes: Path) -> list[str]:
+def node_mounts(node: SlNodeDef, body: RunSwarmBody, volumes: Path) -> list[str]:
+    """``--ml-v`` mounts of ``node`` for ``body``: its private data and the shared content."""
     mounts = []
     if body.private_content and node.privatedata is not None:
         mounts.append(
-            f"{_source(node.privatedata.src, node.privatedata.m_type, volumes)}:{body.private_content}"
+            f"{volume_source(node.privatedata.src, node.privatedata.m_type, volumes)}:{body.private_content}"
         )
     for shared in body.shared_content or []:
-        mounts.append(f"{_source(shared.src, shared.m_type, volumes)}:{shared.tgt}")
+        mounts.append(f"{volume_source(shared.src, shared.m_type, volumes)}:{shared.tgt}")
     return mounts
 
 
-def _source(src: str, m_type: str, volumes: Path) -> str:
+def volume_source(src: str, m_type: str, volumes: Path) -> str:
     """A BIND source is a host path; a VOLUME is a directory of the SWOP named after it."""
     if m_type == "VOLUME":
         path = volumes / src
@@ -114,6 +118,7 @@ class SLPeer:
     def __init__(self, spec: PeerSpec) -> None:
         self.spec = spec
         self.tail: deque[str] = deque(maxlen=12)
+        self.stopped = False
         self._proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -145,8 +150,14 @@ class SLPeer:
         lines = [_short(line) for line in self.tail if line.strip()][-6:]
         return f"exit code {code}; last lines:\n" + "\n".join(lines)
 
+    @property
+    def pid(self) -> int | None:
+        """The SL's process id, once started."""
+        return self._proc.pid if self._proc is not None else None
+
     async def stop(self, grace: float = 15.0) -> None:
         """SIGTERM the SL (which stops its ML program), SIGKILL after ``grace`` seconds."""
+        self.stopped = True
         if self._proc is not None:
             await stop_process_group(self._proc, grace)
 

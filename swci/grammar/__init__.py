@@ -5,9 +5,9 @@ Importing this package registers every command in :data:`REGISTRY`.
 
 from __future__ import annotations
 
-from swci.grammar import contexts, contracts, identities, session, taskrunners, tasks
+from swci.grammar import contexts, contracts, identities, session, taskrunners, tasks, trials, watching
 from swci.registry import REGISTRY
 
 __all__ = ["REGISTRY"]
 
-_FAMILIES = (contexts, contracts, tasks, taskrunners, session, identities)
+_FAMILIES = (contexts, contracts, tasks, taskrunners, session, identities, watching, trials)

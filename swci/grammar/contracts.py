@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from swci.argtypes import ArgKind
 from swci.commands import (
     CreateContract,
     GetContractInfo,
     GetContractStatus,
     ListContracts,
     Perfdata,
+    PerfdataHistory,
     ResetContract,
 )
 from swci.grammar import args
+from swci.pattern import Kw, Opt
 from swci.registry import Family, Values, command
 
 __all__: list[str] = []
@@ -72,15 +75,30 @@ def _list_contracts(values: Values) -> ListContracts:
 @command(
     ("PERFDATA",),
     family=_FAMILY,
-    grammar=(args.contract(),),
+    grammar=(
+        args.contract(),
+        Opt(
+            Kw("HISTORY", name="history"),
+            Opt(Kw("TO"), args.path(ArgKind.FILE, "file", "the file to write (.csv or .json)")),
+        ),
+    ),
     summary="Show per-node training progress of a contract",
     help=(
         "Shows, for every learning node of a contract: its UID, whether it may lead merges, "
-        "its latest loss and metric, and its total and completed epochs."
+        "its latest loss and metric, and its total and completed epochs. With HISTORY (an "
+        "extension of open Swarm Learning): every progress report and merged round of the "
+        "contract's latest training, read from the ledger's chain (time, node, epoch, loss, "
+        "metric, round, digest); TO <file> writes them as CSV, or as JSON for a .json file."
     ),
-    examples=(f"PERFDATA {_DEFAULT}",),
+    examples=(
+        f"PERFDATA {_DEFAULT}",
+        f"PERFDATA {_DEFAULT} HISTORY",
+        f"PERFDATA {_DEFAULT} HISTORY TO h.csv",
+    ),
 )
-def _perfdata(values: Values) -> Perfdata:
+def _perfdata(values: Values) -> Perfdata | PerfdataHistory:
+    if values.has("history"):
+        return PerfdataHistory(values.text("name"), values.opt_text("path"))
     return Perfdata(values.text("name"))
 
 

@@ -2,8 +2,8 @@
 
 Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, MERGE, SCRATCH_DIR,
 FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model).
-Under torchrun (RANK set) it trains with DistributedDataParallel on the gloo backend, each rank on its
-half of every batch; rank 0 alone talks to the SL.
+Under torchrun (RANK set; ``swarm sl --ml-nproc 2``) it trains with DistributedDataParallel on the gloo
+backend, each rank on its half of every batch; rank 0 alone talks to the SL.
 """
 
 import hashlib
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from swarmlearning.distributed import end_distributed, start_distributed
 from swarmlearning.pyt import SwarmCallback
 
 torch.set_num_threads(1)
@@ -23,8 +24,8 @@ torch.manual_seed(seed)
 hidden = int(env("HIDDEN", "16"))
 model = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
 rank, world = int(env("RANK", "0")), int(env("WORLD_SIZE", "1"))
-if "RANK" in os.environ:
-    torch.distributed.init_process_group("gloo")
+start_distributed()
+if torch.distributed.is_initialized():
     model = torch.nn.parallel.DistributedDataParallel(model)
 data = torch.randn(256, 8, generator=torch.Generator().manual_seed(100 + seed))
 labels = (data[:, 0] + data[:, 1] > 0).long()
@@ -70,7 +71,7 @@ scratch.mkdir(parents=True, exist_ok=True)
 if rank == 0:
     torch.save(state, scratch / "final_model.pt")
 print(f"FINAL_DIGEST {digest}" + (f" rank {rank}" if world > 1 else ""), flush=True)
-if "RANK" in os.environ:
-    # Without this, gloo's threads can outlive the interpreter's teardown: "terminate called without an
-    # active exception" and SIGABRT in a rank that had finished cleanly.
-    torch.distributed.destroy_process_group()
+# DDP (and the callback holding it) keep the process group alive; a group left to the interpreter's exit
+# aborts the rank there ("terminate called without an active exception"). Drop them, then leave.
+del callback, model, opt
+end_distributed()
