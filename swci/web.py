@@ -8,8 +8,8 @@ and stores it in the session's directory, where ``CREATE TASK FROM <name>`` find
 
 Every command goes through the same executor as the shell, one at a time, in one session (its context,
 ``CD`` directory and ``EXIT ON FAILURE`` carry over between requests). With certificates the server
-speaks mutual TLS and only accepts client certificates of role ``swci`` from the swarm's CA (see
-:mod:`swci.web_server`). Bad requests get a 4xx answer with an ``ERROR`` line, never a traceback.
+speaks mutual TLS and only accepts client certificates of role ``swci`` from the swarm's CA that the
+ledger of the session's context has not revoked (see :mod:`swci.web_server`). Bad requests get a 4xx answer with an ``ERROR`` line, never a traceback.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from certs import cert_uid_role
-from swci.commands import Exit
+from swci.commands import Exit, ListRevokedIdentities
 from swci.errors import SwciSyntaxError
 from swci.output import Result, Table, to_json
 from swci.parser import parse_line
@@ -126,6 +126,15 @@ class WebShell:
             self.session.exit_requested = False  # EXIT ON FAILURE never stops the server
         return _answer(result, line)
 
+    async def revoked(self, identity: str) -> bool:
+        """Whether the ledger of the session's context has revoked ``identity`` (False without a context:
+        nothing then reaches a ledger)."""
+        if self.session.context is None:
+            return False
+        async with self._lock:
+            result = await execute(self.executor, ListRevokedIdentities(), self.session, interruptible=False)
+        return result.ok and any(view.get("identity") == identity for view in result.data or [])
+
     def store_task_definition(self, name: str, data: bytes) -> Path:
         """Check ``data`` as a task definition and write it to ``<cwd>/<name>`` (replacing it atomically).
 
@@ -170,8 +179,8 @@ def _json(status: int, content: list[str], result: dict[str, Any] | None = None)
     return JSONResponse(body, status_code=status)
 
 
-def _client_problem(request: Request, tls: bool) -> str | None:
-    """Why the client may not use the server (None when it may): with TLS, only role ``swci``."""
+async def _client_problem(request: Request, shell: WebShell, tls: bool) -> str | None:
+    """Why the client may not use the server (None when it may): with TLS, only role ``swci``, not revoked."""
     if not tls:
         return None
     chain = request.scope.get("extensions", {}).get("tls", {}).get("client_cert_chain") or []
@@ -181,6 +190,8 @@ def _client_problem(request: Request, tls: bool) -> str | None:
     uid, role = cert_uid_role(cert)
     if role != _CLIENT_ROLE:
         return f"the client certificate {uid!r} is of role {role!r}; this server accepts role swci only"
+    if uid is not None and await shell.revoked(uid):
+        return f"the client certificate {uid!r} is revoked (LIST REVOKED IDENTITIES)"
     return None
 
 
@@ -188,7 +199,7 @@ def build_app(shell: WebShell, *, tls: bool = False) -> ASGIApp:
     """The ASGI application of the web mode (Starlette), with request size limits."""
 
     async def exec_command(request: Request) -> Response:
-        problem = _client_problem(request, tls)
+        problem = await _client_problem(request, shell, tls)
         if problem is not None:
             return _json(403, [_error(problem)])
         line = request.query_params.get("cmd")
@@ -201,7 +212,7 @@ def build_app(shell: WebShell, *, tls: bool = False) -> ASGIApp:
         return _json(200, answer.content, answer.result)
 
     async def upload_task_definition(request: Request) -> Response:
-        problem = _client_problem(request, tls)
+        problem = await _client_problem(request, shell, tls)
         if problem is not None:
             return _json(403, [_error(problem)])
         async with request.form(max_files=1, max_fields=8, max_part_size=MAX_UPLOAD_BYTES) as form:
