@@ -9,7 +9,8 @@ and stores it in the session's directory, where ``CREATE TASK FROM <name>`` find
 Every command goes through the same executor as the shell, one at a time, in one session (its context,
 ``CD`` directory and ``EXIT ON FAILURE`` carry over between requests). With certificates the server
 speaks mutual TLS and only accepts client certificates of role ``swci`` from the swarm's CA that the
-ledger of the session's context has not revoked (see :mod:`swci.web_server`). Bad requests get a 4xx answer with an ``ERROR`` line, never a traceback.
+ledger of the session's context has not revoked (see :mod:`swci.web_server`). Bad requests get a 4xx
+answer with an ``ERROR`` line, never a traceback.
 """
 
 from __future__ import annotations
