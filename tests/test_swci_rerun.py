@@ -11,32 +11,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import RunningSN
-from tests.test_swci_executor import PULL_TASK, Shell, open_shell
+from tests.test_swci_executor import PULL_TASK, Shell, shell  # noqa: F401 - the shell fixture
 
 pytestmark = pytest.mark.timeout(60)
 
 ROOT = Path(__file__).parents[1]
 
 
-@pytest.fixture
-async def shell(sn: RunningSN, tmp_path: Path) -> AsyncIterator[Shell]:
-    async with open_shell(tmp_path) as opened:
-        await opened.ok(f"CREATE CONTEXT test WITH IP 127.0.0.1 {sn.port}")
-        await opened.ok("SWITCH CONTEXT test")
-        yield opened
-
-
 def _write_task(tmp_path: Path, text: str) -> None:
     (tmp_path / "pull_task.yaml").write_text(text)
 
 
-async def test_the_same_finalized_task_is_accepted_again(shell: Shell, tmp_path: Path) -> None:
+async def test_the_same_finalized_task_is_accepted_again(shell: Shell, tmp_path: Path) -> None:  # noqa: F811 - the imported fixture
     _write_task(tmp_path, PULL_TASK)
     await shell.ok("CREATE TASK FROM pull_task.yaml")
     await shell.ok("FINALIZE TASK pull_task")
@@ -50,7 +41,7 @@ async def test_the_same_finalized_task_is_accepted_again(shell: Shell, tmp_path:
     assert shell.output.splitlines() == ["Task pull_task already finalized"]
 
 
-async def test_a_changed_finalized_task_is_refused_with_what_to_do(shell: Shell, tmp_path: Path) -> None:
+async def test_a_changed_finalized_task_is_refused_with_what_to_do(shell: Shell, tmp_path: Path) -> None:  # noqa: F811 - the imported fixture
     _write_task(tmp_path, PULL_TASK)
     await shell.ok("CREATE TASK FROM pull_task.yaml")
     await shell.ok("FINALIZE TASK pull_task")
@@ -69,7 +60,8 @@ async def test_a_changed_finalized_task_is_refused_with_what_to_do(shell: Shell,
 
 
 async def test_a_changed_task_not_yet_finalized_can_be_deleted_and_registered(
-    shell: Shell, tmp_path: Path
+    shell: Shell,  # noqa: F811 - the imported fixture
+    tmp_path: Path,
 ) -> None:
     _write_task(tmp_path, PULL_TASK)
     await shell.ok("CREATE TASK FROM pull_task.yaml")
@@ -83,12 +75,12 @@ async def test_a_changed_task_not_yet_finalized_can_be_deleted_and_registered(
     assert "Task Registered : pull_task" in shell.output
 
 
-async def test_finalize_of_a_missing_task_still_fails(shell: Shell) -> None:
+async def test_finalize_of_a_missing_task_still_fails(shell: Shell) -> None:  # noqa: F811 - the imported fixture
     messages = await shell.fails("FINALIZE TASK nothing")
     assert messages == ["no task 'nothing'; CREATE TASK it first (LIST TASKS shows the tasks)"]
 
 
-async def test_existing_contracts_and_taskrunners_are_accepted(shell: Shell) -> None:
+async def test_existing_contracts_and_taskrunners_are_accepted(shell: Shell) -> None:  # noqa: F811 - the imported fixture
     await shell.ok("CREATE CONTRACT mnist")
     assert (await shell.ok("CREATE CONTRACT mnist"))["existing"] is True
     assert shell.output.strip() == "Contract mnist already exists"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ import pytest
 from certs import init_swarm
 from daemons.broker import free_port
 from swarmlearning.swci import Swci
-from tests.conftest import RunningSN, start_sn
+from tests.conftest import RunningSN, start_sn, stop_process
 from tests.test_swci_init_script import PULL_TASK, swop  # noqa: F401 - the swop fixture
 
 pytestmark = pytest.mark.timeout(90)
@@ -54,14 +53,7 @@ class WebSwci:
         return self.out.read_text(errors="replace")
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process)
 
 
 def start_web(
