@@ -25,6 +25,7 @@ from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient
 from daemons.processes import install_stop_signals
+from daemons.revocations import follow_revocations
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
@@ -76,6 +77,9 @@ class SLNode:
                 ledger = await LedgerClient.connect(
                     bus, timeout=self.options.sn_timeout, prefer=self.options.sn_uid
                 )
+                refused: set[str] = set()
+                bus.refused = refused
+                bus.spawn(follow_revocations(ledger, refused), "revocations")
                 await ledger.submit("node.register", self._registration(bus))
                 self.holder = StateHolder(bus)
                 bus.serve(self._rpc)
