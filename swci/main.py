@@ -8,6 +8,9 @@ Three ways in, as in the reference system:
   with ``EXIT`` (or a failure under ``EXIT ON FAILURE``, exit status 1) or stdin is not a terminal;
 * otherwise the interactive shell, with history and completion.
 
+``swci --web`` (or ``SWCI_MODE=WEB``, as the reference's ``run-swci -e SWCI_MODE=WEB``) serves the
+reference's REST API instead of the interactive shell (:mod:`swci.web`), after the init script if any.
+
 Tracebacks go to the log file (``--log-file``), never to the screen.
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from certs import CertError
 from daemons.identity import Identity, IdentityError, add_identity_arguments, identity_from_args
 from swci.about import swci_version
 from swci.contexts import ContextError, ContextStore
@@ -41,6 +45,7 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("swci")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_WEB_PORT = 30306  # the reference's SWCI_WEB_PORT
 _PIPE_WIDTH = 160
 _LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
@@ -86,6 +91,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-file", type=Path, default=None, metavar="FILE", help=f"log file (default {log_file()})"
     )
+    web = parser.add_argument_group("web mode (the reference's SWCI_MODE=WEB)")
+    web.add_argument(
+        "--web",
+        action="store_true",
+        default=os.environ.get("SWCI_MODE", "").strip().upper() == "WEB",
+        help="serve the REST API (POST /exec?cmd=..., POST /uploadTaskDef) instead of the shell",
+    )
+    web.add_argument(
+        "--web-port",
+        type=_port,
+        default=os.environ.get("SWCI_WEB_PORT") or DEFAULT_WEB_PORT,
+        metavar="PORT",
+        help=f"port of the web mode (default $SWCI_WEB_PORT or {DEFAULT_WEB_PORT})",
+    )
+    web.add_argument(
+        "--web-host",
+        metavar="ADDRESS",
+        help="address to listen on (default 127.0.0.1; with certificates, all interfaces)",
+    )
     parser.add_argument("--version", action="version", version=f"swci (open Swarm Learning) {swci_version()}")
     add_identity_arguments(parser)
     return parser
@@ -101,6 +125,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _port(text: object) -> int:
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``swci`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -109,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         identity = identity_from_args(args, role="swci")
         return asyncio.run(_session(args, identity, console))
-    except (IdentityError, _UsageError, ContextError) as exc:
+    except (IdentityError, _UsageError, ContextError, CertError) as exc:
         _error(console, f"swci: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -159,10 +193,12 @@ async def _session(args: argparse.Namespace, identity: Identity | None, console:
         identity=identity,
         network=args.network,
         console=console,
-        progress=args.format == "text",
+        progress=args.format == "text" and not args.web,
         connect_timeout=args.connect_timeout,
     )
     async with executor:
+        if args.web:
+            return await _run_web(args, executor, session, console, identity)
         return await _run(args, executor, session, console)
 
 
@@ -195,6 +231,37 @@ async def _run(
                 break
         return EXIT_OK if ok else EXIT_FAILED
     await run_repl(executor, session, history_file=history_file(), console=console, fmt=fmt)
+    return EXIT_OK
+
+
+async def _run_web(
+    args: argparse.Namespace,
+    executor: SwciExecutor,
+    session: SessionState,
+    console: Console,
+    identity: Identity | None,
+) -> int:
+    """Run the init script and ``-e`` commands first (EXIT ends only them), then serve the REST API."""
+    from swci.web import WebShell, build_app  # noqa: PLC0415 - the shell starts faster without them
+    from swci.web_server import WebOptions, serve_web  # noqa: PLC0415
+
+    fmt: Format = args.format
+    script = _script(args, session, interactive=True)
+    if script is not None:
+        text, source = script
+        if not await run_script(text, executor, session, console, source=source, fmt=fmt):
+            return EXIT_FAILED
+    for line in args.execute or ():
+        outcome = await run_line(line, executor, session, console, fmt=fmt)
+        if not outcome.ok and session.exit_on_failure:
+            return EXIT_FAILED
+    session.exit_requested = False
+    options = WebOptions(args.web_host, args.web_port, identity)
+    app = build_app(WebShell(executor, session), tls=identity is not None)
+    try:
+        await serve_web(app, options, ready=lambda url: console.print(f"SWCI web server listening on {url}"))
+    except OSError as exc:
+        raise _UsageError(str(exc)) from None
     return EXIT_OK
 
 

@@ -35,6 +35,8 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from daemons.bus import RemoteError
+from daemons.ledger_client import Rejected
 from swci.about import swci_version
 from swci.commands import (
     AppendTaskBody,
@@ -128,8 +130,20 @@ def _handles(kind: type[C]) -> Callable[[Callable[[C, Call], Awaitable[Result]]]
 
 @_handles(CreateContract)
 async def _create_contract(cmd: CreateContract, call: Call) -> Result:
-    await call.link.submit("contract.create", {"name": cmd.name})
-    return Result.success(f"Contract {cmd.name} created", data={"name": cmd.name})
+    return await _create_once(call, "contract", "contracts", cmd.name)
+
+
+async def _create_once(call: Call, entity: str, listing: str, name: str) -> Result:
+    """Create a contract or taskrunner; one that exists already is fine (an init script runs again)."""
+    what = entity.capitalize()
+    try:
+        await call.link.submit(f"{entity}.create", {"name": name})
+    except Rejected:
+        views = await call.link.query(listing)
+        if not any(view.get("name") == name for view in views):
+            raise
+        return Result.success(f"{what} {name} already exists", data={"name": name, "existing": True})
+    return Result.success(f"{what} {name} created", data={"name": name})
 
 
 @_handles(ResetContract)
@@ -193,8 +207,22 @@ async def _append_task_body(cmd: AppendTaskBody, call: Call) -> Result:
 
 @_handles(FinalizeTask)
 async def _finalize_task(cmd: FinalizeTask, call: Call) -> Result:
-    await call.link.submit("task.finalize", {"name": cmd.name})
+    try:
+        await call.link.submit("task.finalize", {"name": cmd.name})
+    except Rejected:
+        if not await _finalized(call, cmd.name):
+            raise
+        return Result.success(f"Task {cmd.name} already finalized", data={"name": cmd.name, "existing": True})
     return Result.success(f"Task {cmd.name} finalized", data={"name": cmd.name})
+
+
+async def _finalized(call: Call, name: str) -> bool:
+    """Whether the task exists and is finalized (a re-run of an init script finalizes it again)."""
+    try:
+        info = await call.link.query("task.info", name=name)
+    except RemoteError:
+        return False
+    return bool(info.get("finalized"))
 
 
 @_handles(DeleteTask)
@@ -227,8 +255,7 @@ async def _list_tasks(cmd: ListTasks, call: Call) -> Result:
 
 @_handles(CreateTaskrunner)
 async def _create_taskrunner(cmd: CreateTaskrunner, call: Call) -> Result:
-    await call.link.submit("taskrunner.create", {"name": cmd.name})
-    return Result.success(f"Taskrunner {cmd.name} created", data={"name": cmd.name})
+    return await _create_once(call, "taskrunner", "taskrunners", cmd.name)
 
 
 @_handles(ResetTaskrunner)

@@ -78,9 +78,13 @@ async def run_line(
     return _finish(Outcome(result.ok, cmd, result), session, console, fmt)
 
 
-async def execute(executor: Executor, cmd: Command, session: SessionState) -> Result:
-    """Run a command; Ctrl-C and unexpected exceptions become failed results."""
+async def execute(
+    executor: Executor, cmd: Command, session: SessionState, *, interruptible: bool = True
+) -> Result:
+    """Run a command; Ctrl-C (when ``interruptible``) and unexpected exceptions become failed results."""
     try:
+        if not interruptible:
+            return await executor.execute(cmd, session)
         return await _interruptible(lambda: executor.execute(cmd, session))
     except _Interrupted:
         return Result.failure("interrupted")

@@ -126,14 +126,19 @@ class RunningSN:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, sig)
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
+    """Send ``sig``, wait up to 20 s, then SIGKILL; returns the exit status."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
 
 
 def start_sn(data_dir: Path, *, extra: list[str] | None = None, timeout: float = 30.0) -> RunningSN:

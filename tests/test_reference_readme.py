@@ -1,7 +1,8 @@
 """The reference's GPU MNIST example, README steps 2-11, as written: copies, gen-cert, sed, run-sn,
 run-swop, run-swci, on files in the reference's formats with its names and placeholders (all four SL
 nodes share the certificate sl-1). It ends with four nodes printing the reference's final line and
-identical saved models in each user's private scratch directory.
+identical saved models in each user's private scratch directory. Then step 10 runs again against the
+same ledger (the init script's tasks exist, finalized, with the same bodies) and trains again.
 """
 
 from __future__ import annotations
@@ -296,6 +297,22 @@ def _steps(root: Path, state: Path, port: int, env: dict[str, str]) -> None:
     )
     _wait_for(state / "logs" / "swop1.log", "listening on taskrunner")
     # 10: SWCI runs the init script (the build task, then the run task on four nodes)
+    swci = _run_swci(root, env, cert, state)
+    # the four nodes share the certificate sl-1; LIST NODES showed them under their own names
+    assert "Task Registered : run_mnist_pyt" in swci.stdout
+    # 11: every node printed the reference's final line; the four saved models are identical
+    _check_final_models(ws, state)
+    # the same swci-init runs again against the same ledger: the tasks exist, finalized, with the same body
+    for n in range(1, 5):
+        (ws / f"user{n}" / "data-and-scratch" / "scratch" / "result.json").unlink()
+    again = _run_swci(root, env, cert, state)
+    for task in ("build_pyt_user_image", "run_mnist_pyt"):
+        assert f"Task {task} already registered and finalized with the same body" in again.stdout
+        assert f"Task {task} already finalized" in again.stdout
+    _check_final_models(ws, state)
+
+
+def _run_swci(root: Path, env: dict[str, str], cert: str, state: Path) -> subprocess.CompletedProcess[str]:
     swci = subprocess.run(
         [
             "bash", "-c",
@@ -307,9 +324,10 @@ def _steps(root: Path, state: Path, port: int, env: dict[str, str]) -> None:
     )  # fmt: skip
     swop_log = (state / "logs" / "swop1.log").read_text(errors="replace")
     assert swci.returncode == 0, f"{swci.stdout[-6000:]}\n{swci.stderr[-2000:]}\nSWOP:\n{swop_log[-4000:]}"
-    # the four nodes share the certificate sl-1; LIST NODES showed them under their own names
-    assert "Task Registered : run_mnist_pyt" in swci.stdout
-    # 11: every node printed the reference's final line; the four saved models are identical
+    return swci
+
+
+def _check_final_models(ws: Path, state: Path) -> None:
     runs = state / "data" / "swop1" / "runs" / "run_mnist_pyt"
     digests = set()
     for n in range(1, 5):

@@ -50,9 +50,9 @@ def test_execute_mode_exit_status(sn: RunningSN) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Contract mnist created" in done.stdout
     assert DEFAULT_CONTRACT in done.stdout
-    failed = swci("-e", f"CREATE CONTRACT {DEFAULT_CONTRACT}", "-e", "LIST TASKS")
+    failed = swci("-e", "GET CONTRACT INFO nothing", "-e", "LIST TASKS")
     assert failed.returncode == 1
-    assert f"contract '{DEFAULT_CONTRACT}' already exists" in failed.stdout
+    assert "no contract 'nothing' (LIST CONTRACTS shows them)" in failed.stdout
     assert "ROOTTASK" in failed.stdout  # a failure does not stop -e without EXIT ON FAILURE
     assert "Traceback" not in failed.stdout + failed.stderr
     stopped = swci("-e", "EXIT ON FAILURE", "-e", "GET TASK INFO nothing", "-e", "LIST TASKS")
@@ -84,7 +84,7 @@ CREATE CONTEXT test WITH IP 127.0.0.1 {sn.port}
 SWITCH CONTEXT test
 EXIT ON FAILURE
 CREATE CONTRACT first
-CREATE CONTRACT first
+GET CONTRACT INFO second
 CREATE CONTRACT never
 EXIT
 """
@@ -92,8 +92,8 @@ EXIT
     assert done.returncode == 1, done.stdout
     lines = done.stdout.splitlines()
     assert "SWCI:0 > CREATE CONTEXT test WITH IP 127.0.0.1" in lines[0]  # echoed as the reference does
-    assert "SWCI:4 > CREATE CONTRACT first" in lines
-    assert "contract 'first' already exists" in lines
+    assert "SWCI:4 > GET CONTRACT INFO second" in lines
+    assert "no contract 'second' (LIST CONTRACTS shows them)" in lines
     assert "EXIT ON FAILURE is ON: ending the session" in lines
     assert "never" not in done.stdout
     listed = swci("--format", "json", "-e", "LIST CONTRACTS")

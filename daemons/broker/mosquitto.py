@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from daemons.broker.settings import BrokerSettings
+from wire import check_uid
 
 __all__ = ["ACL_RULES", "find_mosquitto", "mosquitto_command", "render_acl", "render_config"]
 
@@ -36,9 +38,17 @@ def find_mosquitto() -> Path | None:
     return None
 
 
-def render_acl() -> str:
-    """The ACL file used with mutual TLS."""
-    return ACL_RULES
+def render_acl(revoked: Iterable[str] = ()) -> str:
+    """The ACL file used with mutual TLS; a revoked identity may neither publish nor receive anything.
+
+    mosquitto 2.0 checks a user's ``deny`` lines before the patterns, and applies a reloaded ACL
+    (SIGHUP) to live connections too: a revoked node that stays connected hears and says nothing.
+    """
+    names = [check_uid(cn, what="revoked identity") for cn in sorted(revoked)]
+    denied = "".join(f"user {cn}\ntopic deny #\n" for cn in names)
+    if not denied:
+        return ACL_RULES
+    return f"{ACL_RULES}# revoked identities (REVOKE IDENTITY): nothing in, nothing out\n{denied}"
 
 
 def render_config(settings: BrokerSettings, port: int, acl_path: Path | None) -> str:

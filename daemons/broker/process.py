@@ -94,6 +94,7 @@ class ManagedBroker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopping = False
         self.restarts = 0
+        self.revoked: frozenset[str] = frozenset()
 
     @staticmethod
     def _pick(engine: Engine) -> Literal["mosquitto", "amqtt"]:
@@ -131,7 +132,7 @@ class ManagedBroker:
         if self.engine == "mosquitto":
             acl = workdir / "acl" if tls is not None else None
             if acl is not None:
-                acl.write_text(render_acl())
+                acl.write_text(render_acl(self.revoked))
             conf = workdir / "mosquitto.conf"
             conf.write_text(render_config(self.settings, self.port, acl))
             binary = find_mosquitto()
@@ -141,6 +142,26 @@ class ManagedBroker:
         conf = workdir / "amqtt.json"
         conf.write_text(json.dumps(amqtt_config(self.settings.host, self.port, files), indent=2))
         return [sys.executable, "-m", "daemons.broker.amqtt_main", str(conf)]
+
+    def refuse(self, identities: frozenset[str]) -> bool:
+        """Refuse these (revoked) identities from now on; True when the broker enforces it.
+
+        mosquitto with mutual TLS: the ACL file denies them everything and SIGHUP makes mosquitto
+        reload it, for live connections too (they stay open but can neither publish nor receive).
+        Without TLS there are no identities to refuse, and amqtt has no reload: False.
+        """
+        self.revoked = identities
+        if self.engine != "mosquitto" or self.settings.tls is None:
+            return False
+        acl = self.settings.workdir / "acl"
+        tmp = acl.with_name("acl.new")
+        tmp.write_text(render_acl(identities))
+        tmp.replace(acl)  # mosquitto never reads half a file
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGHUP)
+        log.info("broker refuses the revoked identities %s", ", ".join(sorted(identities)))
+        return True
 
     def start(self, timeout: float = 15.0) -> BrokerAddress:
         """Start the broker and wait until it accepts connections.

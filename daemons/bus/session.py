@@ -15,7 +15,7 @@ import random
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Coroutine
 from typing import Any
 
 import aiomqtt
@@ -124,6 +124,9 @@ class Bus:
         self.reconnects = 0
         self._reconnect_events: list[asyncio.Event] = []
         self._broker_index = 0
+        self.refused: Container[str] = frozenset()
+        """Identities (certificate CNs) whose messages this session drops: the revoked ones."""
+        self._refusals_logged: set[str] = set()
         self._mqtt_log = logging.getLogger(f"swarm.bus.mqtt.{config.uid}.{id(self):x}")
         self._mqtt_log.propagate = False
         self._mqtt_log.addHandler(_PahoErrors(self._note_paho_error))
@@ -309,9 +312,21 @@ class Bus:
         if not isinstance(payload, bytes | bytearray):
             return
         msg = Message(message.topic.value, bytes(payload), bool(message.retain))
+        owner = namespace_of(msg.topic)
+        if owner is not None and owner[0] in self.refused:
+            self._note_refused(owner[0], msg.topic)
+            return
         for sub in self._subs:
             if topic_matches(sub.filter, msg.topic):
                 sub.offer(msg)
+
+    def _note_refused(self, identity: str, topic: str) -> None:
+        """Log the first dropped message of each refused identity (a revoked node may keep trying)."""
+        if identity in self._refusals_logged:
+            log.debug("bus[%s] dropped a message of revoked identity %s on %s", self.uid, identity, topic)
+            return
+        self._refusals_logged.add(identity)
+        log.warning("bus[%s] drops the messages of revoked identity %s (%s)", self.uid, identity, topic)
 
     # --------------------------------------------------------------- presence
     def _presence_payload(self, state: str) -> bytes:
@@ -420,9 +435,12 @@ class Bus:
     def open(self, message: Message) -> Envelope:
         """Decode and verify an envelope; its identity and sender must own the topic's namespace.
 
-        Raises CodecError (SignatureError) naming what is wrong.
+        Raises CodecError (SignatureError) naming what is wrong; an envelope of an identity in
+        :attr:`refused` (sent or vouched for by it) is refused too.
         """
         env = decode_envelope(message.payload, verifier=self.verifier, what=f"message on {message.topic}")
+        if env.identity in self.refused:
+            raise CodecError(f"message on {message.topic} comes from revoked identity {env.identity!r}")
         owner = namespace_of(message.topic)
         if owner is not None and owner != (env.identity, env.sender):
             raise CodecError(
@@ -451,7 +469,12 @@ class Bus:
         finally:
             self._subs.remove(sub)
             client_now = self._client
-            if client_now is not None and all(s.filter != topic_filter for s in self._subs):
+            # a closing session unsubscribes from nothing (the connection may be gone: no UNSUBACK)
+            if (
+                client_now is not None
+                and not self._closing
+                and all(s.filter != topic_filter for s in self._subs)
+            ):
                 with contextlib.suppress(aiomqtt.MqttError, asyncio.CancelledError):
                     await client_now.unsubscribe(topic_filter)
                 raise_if_cancelling()  # the suppress above must not swallow our own cancellation

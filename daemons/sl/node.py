@@ -26,6 +26,7 @@ from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient, Patience
 from daemons.processes import install_stop_signals
+from daemons.revocations import follow_revocations
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
@@ -81,6 +82,9 @@ class SLNode:
                     prefer=self.options.sn_uid,
                     patience=patience,
                 )
+                refused: set[str] = set()
+                bus.refused = refused
+                bus.spawn(follow_revocations(ledger, refused), "revocations")
                 attachment = Attachment(ledger, self._registration(bus))
                 await attachment.attach(strict=True)
                 self.holder = StateHolder(bus)

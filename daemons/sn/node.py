@@ -35,6 +35,7 @@ from daemons.sn.chainlog import ChainLog, ChainLogError
 from daemons.sn.cluster import ClusterRole
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
+from daemons.sn.revocations import LedgerRevocations, enforce_in_broker
 from daemons.sn.sealer import NotSealed, Sealer, StoreFailed
 from wire import Envelope, SignerLike, decode_envelope, encode_envelope, make_envelope
 from wire.errors import CodecError
@@ -87,6 +88,7 @@ class SNNode:
         self.replica: Replica | None = None
         self.cluster: ClusterRole | None = None
         self.started = time.time()
+        self.revocations = LedgerRevocations(self.chain)
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
 
@@ -128,6 +130,7 @@ class SNNode:
             tls = BrokerTLS(opts.identity.ca_file(), opts.identity.cert, opts.identity.key)
         settings = BrokerSettings(opts.data_dir / "broker", opts.host, opts.api_port, tls=tls)
         self.broker = ManagedBroker(settings, opts.broker_engine)  # type: ignore[arg-type]
+        self.broker.revoked = self.revocations.current()
         return self.broker.start()
 
     # ------------------------------------------------------------------- run
@@ -169,6 +172,7 @@ class SNNode:
         }
         signer = ident.signer() if ident else None
         async with open_bus(ident, address, opts.uid, "sn", network=opts.network, presence=presence) as bus:
+            bus.refused = self.revocations
             if opts.cluster:
                 tls = ident.tls() if ident else None
                 async with ChainLog(
@@ -184,6 +188,8 @@ class SNNode:
             bus.serve(self.handle)
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._supervise_broker(), name="sn.broker")]
+                revoked = enforce_in_broker(bus, self.revocations, self.broker)
+                tasks.append(group.create_task(revoked, name="sn.revocations"))
                 if self.sealer is not None:
                     tasks.append(group.create_task(self.sealer.run(), name="sn.sealer"))
                     tasks.append(group.create_task(self._timers(), name="sn.timers"))
