@@ -41,7 +41,7 @@ _SETTLE = 0.5  # seconds to hear the other SNs' retained presence before choosin
 class Patience:
     """How long a client keeps retrying through an SN or broker outage before it gives up.
 
-    ``deadline``: seconds from the first failure of one call; ``attempt``: the longest wait for one
+    ``deadline``: seconds a call may take, retries included; ``attempt``: the longest wait for one
     answer; retries back off from ``backoff_base`` up to ``backoff_cap`` seconds, with jitter.
     """
 
@@ -176,11 +176,15 @@ class LedgerClient:
     """Requests to one SN on a bus session."""
 
     def __init__(
-        self, bus: Bus, sn_uid: str, *, timeout: float = 30.0, patience: Patience | None = None
+        self, bus: Bus, sn_uid: str, *, timeout: float | None = None, patience: Patience | None = None
     ) -> None:
+        """``timeout`` alone bounds every call (no retry beyond it, as a shell wants); without it the
+        client is as patient as ``patience`` (``SWARM_SN_DEADLINE``), as a daemon wants."""
         self.bus = bus
         self.sn = sn_uid
-        self.timeout = timeout
+        self.timeout = timeout or 30.0
+        if patience is None and timeout is not None:
+            patience = Patience(deadline=timeout, attempt=timeout)
         self.patience = patience or Patience.from_env()
 
     @classmethod
@@ -256,11 +260,12 @@ class LedgerClient:
         """``method`` on the SN, retried through outages (on another SN when one is online)."""
         loop = asyncio.get_running_loop()
         patience = self.patience
-        deadline: float | None = None
+        give_up_after = patience.deadline if timeout is None else min(patience.deadline, timeout)
+        deadline = loop.time() + give_up_after
         attempt = 0
         while True:
             raise_if_cancelling()  # a cancellation swallowed below (aiomqtt's wait_for) still ends us
-            wait = min(timeout or self.timeout, patience.attempt)
+            wait = min(timeout or self.timeout, patience.attempt, max(deadline - loop.time(), 0.1))
             try:
                 return await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
             except RemoteError as exc:
@@ -271,9 +276,9 @@ class LedgerClient:
                 failure = exc
             raise_if_cancelling()
             now = loop.time()
-            deadline = deadline or now + patience.deadline
             if now >= deadline:
-                log.error("%s: giving up after %g s: %s", method, patience.deadline, failure)
+                if give_up_after >= patience.attempt:
+                    log.error("%s: giving up after %g s: %s", method, give_up_after, failure)
                 raise failure
             attempt += 1
             log.warning(
