@@ -23,6 +23,12 @@ mosquitto:
 	    (apt-get install -y -q mosquitto || (apt-get update -q && apt-get install -y -q mosquitto)) >/dev/null; \
 	  else echo "mosquitto is missing: install it (apt-get install mosquitto) or tests use the amqtt fallback"; fi; \
 	fi
+	@# the multihost tests build hosts from network namespaces with `ip` (iproute2)
+	@if ! command -v ip >/dev/null && ! test -x /usr/sbin/ip; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get install -y -q iproute2 || (apt-get update -q && apt-get install -y -q iproute2)) >/dev/null; \
+	  else echo "ip (iproute2) is missing: the multihost tests will be skipped"; fi; \
+	fi
 
 # Debian's headless chromium and its driver run the dashboard's browser test (skipped, saying so, without).
 chromium:

@@ -37,6 +37,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("flower", "bench.flower_compare"),
     ("scale", "bench.scale"),
     ("fuzz", "bench.fuzz"),
+    ("failover", "bench.failover"),
 )
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,

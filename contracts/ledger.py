@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -232,8 +232,12 @@ class Ledger:
         sealer: SignerLike | None,
         sealer_uid: str,
         now: float,
+        replicate: Callable[[int, bytes], None] | None = None,
     ) -> SealResult:
         """Apply ``envelopes`` in order and commit the accepted ones as ONE new block.
+
+        ``replicate(height, raw)``, when given, must put the new block in a replicated log before it is
+        stored here; if it raises, nothing is stored (and the exception propagates).
 
         Each envelope is decoded (its signature verified when the ledger has a verifier), checked for
         an exact duplicate, and applied; any problem rejects that envelope only. The block time is
@@ -255,6 +259,8 @@ class Ledger:
         if not accepted:
             return SealResult(None, None, time, results, ())
         block = make_block(height, self.head_hash, time, sealer_uid, accepted, sealer)
+        if replicate is not None:
+            replicate(height, block.raw)
         self._store.append(block)
         self._state = state
         return SealResult(height, block.hash, time, results, tuple(changed_entities(old, state)), block.raw)

@@ -53,6 +53,7 @@ _HANDLERS: Mapping[str, Handler] = {
     "taskrunner.assign": taskrunners.assign,
     "taskrunner.status": taskrunners.status,
     "taskrunner.reset": taskrunners.reset,
+    "taskrunner.orphaned": taskrunners.orphaned,
     "trial.plan": trials.plan,
     "trial.claim": trials.claim,
     "trial.result": trials.result,
@@ -102,6 +103,10 @@ def _due(state: State) -> list[tuple[float, str, dict[str, Any]]]:
             if rnd.leader_deadline is not None:
                 body = {"contract": name, "round": rnd.number}
                 out.append((rnd.leader_deadline, "round.leader_timeout", body))
+    for name in sorted(state.taskrunners):
+        at = taskrunners.orphan_deadline(state.taskrunners[name])
+        if at is not None:
+            out.append((at, "taskrunner.orphaned", {"taskrunner": name}))
     return out
 
 

@@ -60,7 +60,8 @@ def register(state: State, tx: Tx) -> State:
         identity=tx.signer,
         session=session,
     )
-    return replace(state, nodes=put(state.nodes, tx.sender, node))
+    state = replace(state, nodes=put(state.nodes, tx.sender, node))
+    return taskrunners.swop_online(state, tx.sender, tx.time) if tx.role == "swop" else state
 
 
 def offline(state: State, tx: Tx) -> State:

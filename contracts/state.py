@@ -226,6 +226,7 @@ class Enrollment:
     capacity: int
     group: str
     enrolled_at: float
+    grace: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +255,7 @@ class Assignment:
     generation: int = 1
     statuses: Mapping[str, Mapping[str, PeerStatus]] = field(default_factory=dict)
     updated_at: float = 0.0
+    orphaned_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,12 @@ __all__ = [
     "counts",
     "create",
     "enroll",
+    "orphan_deadline",
+    "orphaned",
     "reset",
     "status",
     "swop_offline",
+    "swop_online",
 ]
 
 _RUNNING = ("STARTING", "RUNNING")
@@ -67,6 +70,7 @@ def enroll(state: State, tx: Tx) -> State:
         capacity=tx.body["capacity"],
         group=tx.body["group"],
         enrolled_at=tx.time if old is None else old.enrolled_at,
+        grace=tx.body["grace"],
     )
     if entry == old:
         return state
@@ -205,10 +209,39 @@ def _derive(state: State, runner: TaskRunner, time: float, trigger: PeerStatus |
         tally = f"{n.completed} completed + {n.alive} still running < {n.required} required"
         error = f"{_failure(current, trigger)}; {tally}"
         return replace(runner, state="ERROR", error=error, finished_at=time)
-    if not any(_online(state, uid) for uid in current.allocation):
-        error = f"every SWOP of the assignment went offline ({', '.join(sorted(current.allocation))})"
-        return replace(runner, state="ERROR", error=error, finished_at=time)
+    orphaned = not any(_online(state, uid) for uid in current.allocation)
+    if orphaned and current.orphaned_at is None:
+        return replace(runner, assignment=replace(current, orphaned_at=time))
+    if not orphaned and current.orphaned_at is not None:
+        return replace(runner, assignment=replace(current, orphaned_at=None))
     return runner
+
+
+def orphan_deadline(runner: TaskRunner) -> float | None:
+    """When a RUNNING assignment whose every SWOP is offline turns ERROR (None: it is not orphaned).
+
+    The grace is the longest of its SWOPs' (``taskrunner.enroll`` ``grace``): a partition or a SWOP
+    restart shorter than that does not fail the task.
+    """
+    current = runner.assignment
+    if runner.state != "RUNNING" or current is None or current.orphaned_at is None:
+        return None
+    graces = [runner.enrolled[uid].grace for uid in current.allocation if uid in runner.enrolled]
+    return current.orphaned_at + max(graces, default=0.0)
+
+
+def orphaned(state: State, tx: Tx) -> State:
+    """``taskrunner.orphaned`` (SN): every SWOP of the assignment stayed offline past its grace: ERROR."""
+    runner = _runner(state, tx.body["taskrunner"])
+    deadline = orphan_deadline(runner)
+    if deadline is None or runner.assignment is None:
+        raise RejectError(f"taskrunner {runner.name!r} has a SWOP online (or nothing running)")
+    if tx.time < deadline:
+        raise RejectError(f"taskrunner {runner.name!r}: its SWOPs have until {deadline:.3f} to come back")
+    swops = ", ".join(sorted(runner.assignment.allocation))
+    waited = deadline - (runner.assignment.orphaned_at or deadline)
+    error = f"every SWOP of the assignment went offline ({swops}) and stayed offline for {waited:g} s"
+    return _with_runner(state, replace(runner, state="ERROR", error=error, finished_at=tx.time))
 
 
 def _failure(assignment: Assignment, trigger: PeerStatus | None) -> str:
@@ -225,8 +258,14 @@ def _first_failed(assignment: Assignment) -> PeerStatus | None:
     return min(failed, key=lambda s: (s.time, s.peer), default=None)
 
 
+def swop_online(state: State, uid: str, time: float) -> State:
+    """A SWOP registered (again): an assignment waiting for its SWOPs to come back is no longer orphaned."""
+    return swop_offline(state, uid, time)
+
+
 def swop_offline(state: State, uid: str, time: float) -> State:
-    """Liveness: a SWOP went offline; a RUNNING assignment whose every SWOP is gone is ERROR."""
+    """Liveness: a SWOP went offline; a RUNNING assignment whose every SWOP is gone waits for them
+    for its grace (``orphan_deadline``), then the SN's ``taskrunner.orphaned`` makes it ERROR."""
     for runner in _running_with(state.taskrunners.values(), uid):
         derived = _derive(state, runner, time, None)
         if derived is not runner:

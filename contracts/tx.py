@@ -14,6 +14,7 @@ from wire.envelope import Envelope
 
 __all__ = [
     "ADMIN_ROLES",
+    "DEFAULT_OFFLINE_GRACE",
     "KINDS",
     "TASK_TYPES",
     "TX_PREFIX",
@@ -28,6 +29,8 @@ __all__ = [
 
 TX_PREFIX = "tx:"
 ADMIN_ROLES = frozenset({"swci", "sn"})  # the SN administers too: it seals genesis
+# Seconds a RUNNING assignment survives with every one of its SWOPs offline (a partition, a restart).
+DEFAULT_OFFLINE_GRACE = 120.0
 TASK_TYPES = (
     "RUN_SWARM",
     "RUN_TRIALS",
@@ -191,6 +194,7 @@ KINDS: Mapping[str, KindSpec] = {
             "taskrunner": f.Field(f.name),
             "capacity": f.Field(f.integer(0, 10_000)),
             "group": f.Field(f.text(), ""),
+            "grace": f.Field(f.number(0.0), DEFAULT_OFFLINE_GRACE),
         },
     ),
     "taskrunner.assign": KindSpec(
@@ -214,6 +218,7 @@ KINDS: Mapping[str, KindSpec] = {
         },
     ),
     "taskrunner.reset": KindSpec(ADMIN_ROLES, {"taskrunner": f.Field(f.name)}),
+    "taskrunner.orphaned": KindSpec(_SN, {"taskrunner": f.Field(f.name)}),
     "trial.plan": KindSpec(_SWOP, trial_fields.PLAN),
     "trial.claim": KindSpec(_SWOP, trial_fields.CLAIM),
     "trial.result": KindSpec(_SWOP, trial_fields.RESULT),

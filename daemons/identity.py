@@ -118,7 +118,7 @@ def open_bus(
 ) -> Bus:
     """A bus session for ``uid``: with an identity, mutual TLS (mqtts) and signed, verified envelopes."""
     if identity is not None and not broker.tls:
-        broker = BrokerAddress(broker.host, broker.port, tls=True)
+        broker = broker.with_tls()
     config = BusConfig(
         broker,
         uid,

@@ -2,13 +2,22 @@
 
 Used by the SL, the SWOP and swci alike. Events are ``nodes/<sn>/ev/<entity>/<key>`` envelopes with
 ``{entity, key, height, view}``; a watch subscribes before it reads the current view, so no change is lost.
+
+An SN or broker outage is not an error here: a request that gets no answer is retried with backoff, on
+another online SN when there is one, until the client's ``Patience`` runs out (``SWARM_SN_DEADLINE``
+seconds, 300 by default); each retry logs one line. A transaction resent after a lost answer that the
+ledger already holds counts as accepted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+import os
+import random
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +27,49 @@ from daemons.bus import Bus, BusError, RemoteError
 from daemons.bus.session import Subscription
 from wire import CodecError, encode_envelope, make_envelope
 
-__all__ = ["Event", "LedgerClient", "Rejected", "Watch", "find_sn"]
+__all__ = ["Event", "LedgerClient", "Patience", "Rejected", "Watch", "find_sn"]
 
+log = logging.getLogger("swarm.ledger_client")
 EVENT_KIND = "event"
+_DUPLICATE = re.compile(
+    r"duplicate transaction: this exact envelope is already transaction (\d+) of block (\d+)"
+)
+_SETTLE = 0.5  # seconds to hear the other SNs' retained presence before choosing among them
+# Refusals that are about the moment, not the transaction: no SN seals right now (another will), or the
+# SN cannot store blocks now (its disk is full).
+_RETRIED = frozenset({"failover", "unavailable"})
+
+
+@dataclass(frozen=True, slots=True)
+class Patience:
+    """How long a client keeps retrying through an SN or broker outage before it gives up.
+
+    ``deadline``: seconds a call may take, retries included; ``attempt``: the longest wait for one
+    answer; retries back off from ``backoff_base`` up to ``backoff_cap`` seconds, with jitter.
+    """
+
+    deadline: float = 300.0
+    attempt: float = 5.0
+    backoff_base: float = 0.5
+    backoff_cap: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Patience:
+        """``SWARM_SN_DEADLINE`` (seconds) overrides the deadline."""
+        text = (os.environ if env is None else env).get("SWARM_SN_DEADLINE", "").strip()
+        if not text:
+            return cls()
+        try:
+            deadline = float(text)
+        except ValueError:
+            raise ValueError(f"SWARM_SN_DEADLINE={text!r} is not a number of seconds") from None
+        if not deadline > 0:
+            raise ValueError(f"SWARM_SN_DEADLINE={text!r} must be more than 0 seconds")
+        return cls(deadline=deadline, attempt=min(5.0, deadline))
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (1, 2, ...)."""
+        return random.uniform(self.backoff_base / 2, min(self.backoff_cap, self.backoff_base * 2**attempt))
 
 
 class Rejected(BusError):
@@ -41,24 +90,31 @@ class Event:
     view: Any
 
 
-async def find_sn(bus: Bus, *, timeout: float = 30.0, prefer: str | None = None) -> str:
-    """The uid of an online SN on ``bus``'s network (the sentinel first, or ``prefer``)."""
+async def find_sn(
+    bus: Bus, *, timeout: float = 30.0, prefer: str | None = None, avoid: str | None = None
+) -> str:
+    """The uid of an online SN on ``bus``'s network (the sentinel first, or ``prefer``).
+
+    ``avoid`` (an SN that did not answer) is chosen only when no other SN shows up within a moment.
+    """
     found: dict[str, dict[str, Any]] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    settle = loop.time() + min(_SETTLE, timeout)
     async with bus.subscribe(bus.topics.presence(), maxsize=100_000) as sub:
         while True:
-            choice = _pick_sn(found, prefer)
+            now = loop.time()
+            choice = _pick_sn(found, prefer, avoid if now < settle else None)
             if choice is not None:
                 return choice
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if now >= deadline:
                 raise BusError(
                     f"no SN is online on network {bus.config.network!r} at {bus.config.broker} "
                     f"after {timeout:g} s; is `swarm sn` running there?"
                 )
+            until = deadline if now >= settle else min(settle, deadline)
             try:
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(max(until - now, 0.01)):
                     message = await sub.get()
             except TimeoutError:
                 continue
@@ -68,8 +124,8 @@ async def find_sn(bus: Bus, *, timeout: float = 30.0, prefer: str | None = None)
                     found[env.sender] = env.body
 
 
-def _pick_sn(found: dict[str, dict[str, Any]], prefer: str | None) -> str | None:
-    online = {uid: body for uid, body in found.items() if body.get("state") == "online"}
+def _pick_sn(found: dict[str, dict[str, Any]], prefer: str | None, avoid: str | None = None) -> str | None:
+    online = {uid: body for uid, body in found.items() if body.get("state") == "online" and uid != avoid}
     if prefer is not None:
         return prefer if prefer in online else None
     sentinels = sorted(uid for uid, body in online.items() if body.get("sentinel"))
@@ -122,42 +178,132 @@ class Watch:
 class LedgerClient:
     """Requests to one SN on a bus session."""
 
-    def __init__(self, bus: Bus, sn_uid: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, bus: Bus, sn_uid: str, *, timeout: float | None = None, patience: Patience | None = None
+    ) -> None:
+        """``timeout`` alone bounds every call (no retry beyond it, as a shell wants); without it the
+        client is as patient as ``patience`` (``SWARM_SN_DEADLINE``), as a daemon wants."""
         self.bus = bus
         self.sn = sn_uid
-        self.timeout = timeout
+        self.timeout = timeout or 30.0
+        if patience is None and timeout is not None:
+            patience = Patience(deadline=timeout, attempt=timeout)
+        self.patience = patience or Patience.from_env()
 
     @classmethod
-    async def connect(cls, bus: Bus, *, timeout: float = 30.0, prefer: str | None = None) -> LedgerClient:
-        """Find an SN on the network and talk to it."""
-        return cls(bus, await find_sn(bus, timeout=timeout, prefer=prefer))
+    async def connect(
+        cls,
+        bus: Bus,
+        *,
+        timeout: float = 30.0,
+        prefer: str | None = None,
+        patience: Patience | None = None,
+    ) -> LedgerClient:
+        """Find an SN on the network (waiting up to ``timeout`` seconds) and talk to it."""
+        return cls(bus, await find_sn(bus, timeout=timeout, prefer=prefer), patience=patience)
 
     async def submit(
         self, kind: str, body: dict[str, Any], *, timeout: float | None = None
     ) -> dict[str, Any]:
-        """Sign and submit a transaction; returns its receipt or raises Rejected with the reason."""
+        """Sign and submit a transaction; returns its receipt or raises Rejected with the reason.
+
+        The same envelope is resent through an outage; when the ledger says it holds it already (an
+        answer was lost), that is its acceptance.
+        """
         bus = self.bus
         env = make_envelope(
             f"tx:{kind}", body, sender=bus.uid, role=bus.role, signer=bus.signer, voucher=bus.voucher
         )
+        payload = {"tx": encode_envelope(env)}
+        resent = False
+
+        def note_retry() -> None:
+            nonlocal resent
+            resent = True
+
         try:
-            result = await bus.request(
-                self.sn, "submit", {"tx": encode_envelope(env)}, timeout=timeout or self.timeout, role="sn"
-            )
+            result = await self._call("submit", payload, timeout, on_retry=note_retry)
         except RemoteError as exc:
-            if exc.code == "rejected":
+            if exc.code != "rejected":
+                raise
+            duplicate = _DUPLICATE.search(exc.message) if resent else None
+            if duplicate is None:
                 raise Rejected(kind, exc.message) from None
-            raise
+            log.info("%s was sealed before its answer came back (%s)", kind, exc.message)
+            return await self._duplicate_receipt(kind, body)
         return dict(result or {})
+
+    async def _duplicate_receipt(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        receipt: dict[str, Any] = {"duplicate": True}
+        if kind == "round.checkin":  # the one receipt with content: which round the checkin joined
+            view = await self.query("contract.rounds", name=body["contract"])
+            rounds = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
+            for rnd in rounds:
+                checkins = (rnd or {}).get("checkins") or []
+                if any(c.get("uid") == self.bus.uid and c.get("digest") == body["digest"] for c in checkins):
+                    receipt.update(contract=body["contract"], round=rnd["round"])
+        return receipt
 
     async def query(self, query_name: str, /, *, timeout: float | None = None, **args: Any) -> Any:
         """A read of the ledger's state (see contracts.views.QUERIES for the names and arguments)."""
-        body = {"name": query_name, "args": args}
-        return await self.bus.request(self.sn, "query", body, timeout=timeout or self.timeout, role="sn")
+        return await self._call("query", {"name": query_name, "args": args}, timeout)
 
     async def status(self) -> dict[str, Any]:
         """The SN's own status: uid, height, head, sentinel, version."""
-        return dict(await self.bus.request(self.sn, "status", {}, timeout=self.timeout, role="sn"))
+        return dict(await self._call("status", {}, None))
+
+    async def _call(
+        self,
+        method: str,
+        body: dict[str, Any],
+        timeout: float | None,
+        *,
+        on_retry: Callable[[], None] | None = None,
+    ) -> Any:
+        """``method`` on the SN, retried through outages (on another SN when one is online)."""
+        loop = asyncio.get_running_loop()
+        patience = self.patience
+        give_up_after = patience.deadline if timeout is None else min(patience.deadline, timeout)
+        deadline = loop.time() + give_up_after
+        attempt = 0
+        while True:
+            raise_if_cancelling()  # a cancellation swallowed below (aiomqtt's wait_for) still ends us
+            wait = min(timeout or self.timeout, patience.attempt, max(deadline - loop.time(), 0.1))
+            try:
+                return await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
+            except RemoteError as exc:
+                if exc.code not in _RETRIED:
+                    raise
+                failure: BusError = exc
+            except BusError as exc:  # no answer (RequestTimeout), or not connected
+                failure = exc
+            raise_if_cancelling()
+            now = loop.time()
+            if now >= deadline:
+                if give_up_after >= patience.attempt:
+                    log.error("%s: giving up after %g s: %s", method, give_up_after, failure)
+                raise failure
+            attempt += 1
+            log.warning(
+                "%s to SN %r failed (%s); retrying, for up to %.0f s more",
+                method,
+                self.sn,
+                failure,
+                deadline - now,
+            )
+            await asyncio.sleep(min(patience.backoff(attempt), max(deadline - loop.time(), 0.0)))
+            if on_retry is not None:
+                on_retry()
+            await self._choose_sn()
+            raise_if_cancelling()
+
+    async def _choose_sn(self) -> None:
+        """After a failure: another online SN if there is one (failover), else the same one."""
+        with contextlib.suppress(BusError):
+            chosen = await find_sn(self.bus, timeout=2.0, avoid=self.sn)
+            if chosen != self.sn:
+                log.warning("switching from SN %r to SN %r", self.sn, chosen)
+                self.sn = chosen
 
     async def blocks(self, start: int) -> tuple[list[bytes], int]:
         """Stored blocks from height ``start`` on (a batch, not necessarily to the head) and the head."""

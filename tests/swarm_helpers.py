@@ -98,9 +98,6 @@ def write_swarm_setup(
     work: Path, nodes: int, envvars: dict[str, object], *, prereq: str = "ROOTTASK"
 ) -> Path:
     """A SWOP profile with ``nodes`` slnodedefs and a RUN_SWARM task of the tiny program, in ``work``."""
-    model = work / "model"
-    model.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROGRAM, model / PROGRAM.name)
     profile = [
         "groupname: test", "taskrunner: defaulttaskbb.taskdb.sml.hpe", "policyuri: ~",
         "resourcemgr: {mgrtype: DOCKER, accessinfo: {accesstype: FROMENV}}", "network: test-net",
@@ -116,6 +113,15 @@ def write_swarm_setup(
             "      slenvvars: null", f"      usrenvvars: [SEED: {i}]",
         ]  # fmt: skip
     (work / "swop_profile.yaml").write_text("\n".join(profile) + "\n")
+    write_tiny_task(work, envvars, prereq=prereq)
+    return work / "swop_profile.yaml"
+
+
+def write_tiny_task(work: Path, envvars: dict[str, object], *, prereq: str = "ROOTTASK") -> Path:
+    """``work/run_tiny.yaml``: a RUN_SWARM task of the tiny program (copied to ``work/model``)."""
+    model = work / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROGRAM, model / PROGRAM.name)
     env = ", ".join(f'"{k}": {v}' for k, v in {"SCRATCH_DIR": "scratch", **envvars}.items())
     task = f"""Name: run_tiny
 TaskType: RUN_SWARM
@@ -133,8 +139,9 @@ Body:
         Tgt: /tmp/test/model
         MType: BIND
 """
-    (work / "run_tiny.yaml").write_text(task)
-    return work / "swop_profile.yaml"
+    path = work / "run_tiny.yaml"
+    path.write_text(task)
+    return path
 
 
 def start_swop(

@@ -834,14 +834,43 @@ def test_status_from_a_swop_outside_the_assignment_is_rejected() -> None:
     assert "must name the SWOP itself" in sim.no("taskrunner.status", "swop1", own)
 
 
-def test_every_swop_offline_is_an_error() -> None:
+def test_every_swop_offline_past_its_grace_is_an_error() -> None:
     sim = Sim()
     _swops(sim, {"swop1": 1, "swop2": 1})
+    sim.ok("taskrunner.enroll", "swop2", {"taskrunner": TR, "capacity": 1, "group": "demo", "grace": 30})
     _task(sim)
     _assign(sim, peers=2)
     sim.offline("swop1")
     assert sim.state.taskrunners[TR].state == "RUNNING"
+    assert due_actions(sim.state, sim.time + 10_000) == []
     sim.offline("swop2")
+    assert sim.state.taskrunners[TR].state == "RUNNING"  # a partition is not a failure yet
+    deadline = next_deadline(sim.state)
+    assert deadline == sim.time + 120  # the longest grace of the assignment's SWOPs
+    assert due_actions(sim.state, deadline) == [("taskrunner.orphaned", {"taskrunner": TR})]
+    sim.tick(119)
+    assert "have until" in sim.no("taskrunner.orphaned", "sn", {"taskrunner": TR})
+    sim.tick(1)
+    sim.ok("taskrunner.orphaned", "sn", {"taskrunner": TR})
     runner = sim.state.taskrunners[TR]
     assert runner.state == "ERROR"
-    assert runner.error == "every SWOP of the assignment went offline (swop1, swop2)"
+    assert (
+        runner.error
+        == "every SWOP of the assignment went offline (swop1, swop2) and stayed offline for 120 s"
+    )
+
+
+def test_a_swop_back_within_its_grace_keeps_the_task_running() -> None:
+    sim = Sim()
+    _swops(sim, {"swop1": 1})
+    _task(sim)
+    _assign(sim, peers=1)
+    sim.offline("swop1")
+    assert sim.state.taskrunners[TR].assignment.orphaned_at == sim.time
+    sim.tick(60)
+    sim.register("swop1")
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None
+    assert next_deadline(sim.state) is None
+    sim.tick(100)
+    assert "has a SWOP online" in sim.no("taskrunner.orphaned", "sn", {"taskrunner": TR})
+    assert sim.state.taskrunners[TR].state == "RUNNING"

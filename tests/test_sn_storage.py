@@ -113,7 +113,7 @@ def test_the_sn_refuses_writes_while_its_disk_is_full_and_takes_them_again_after
                 ledger = await LedgerClient.connect(bus, timeout=10)
                 small_disk.fill()
                 with pytest.raises(RemoteError) as refused:
-                    await ledger.submit("contract.create", {"name": "while-full"}, timeout=20)
+                    await ledger.submit("contract.create", {"name": "while-full"}, timeout=3)
                 small_disk.empty()
                 receipt = await ledger.submit("contract.create", {"name": "after-full"}, timeout=20)
                 return refused.value, receipt

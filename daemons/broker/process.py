@@ -21,7 +21,7 @@ from daemons.broker.mosquitto import find_mosquitto, mosquitto_command, render_a
 from daemons.broker.settings import BrokerSettings, free_port
 from daemons.bus.config import BrokerAddress
 
-__all__ = ["BrokerError", "Engine", "ManagedBroker"]
+__all__ = ["BrokerError", "Engine", "ManagedBroker", "die_with_parent", "stop_process"]
 
 log = logging.getLogger("swarm.broker")
 Engine = Literal["auto", "mosquitto", "amqtt"]
@@ -40,12 +40,26 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started it dies (Linux), so a killed
     SN never leaves its broker running."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
+    """SIGTERM ``proc`` by PID, SIGKILL it after ``grace`` seconds; nothing when it is not running."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -163,7 +177,7 @@ class ManagedBroker:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
             )
         deadline = time.monotonic() + timeout
         while not _port_open(self.settings.host, self.port):
@@ -183,16 +197,7 @@ class ManagedBroker:
         """Stop the broker by PID: SIGTERM, then SIGKILL after ``grace`` seconds."""
         self._stopping = True
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process(proc, grace)
 
     def kill(self) -> None:
         """SIGKILL the broker (for tests of recovery); ``supervise`` will restart it."""

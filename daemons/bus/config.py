@@ -2,31 +2,47 @@
 
 from __future__ import annotations
 
+import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_PORT", "BrokerAddress", "BusConfig"]
+__all__ = ["DEFAULT_PORT", "BrokerAddress", "BusConfig", "subscribe_qos_from_env"]
 
 DEFAULT_PORT = 30304  # the reference system's SN API port; our SN's broker listens there
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerAddress:
-    """``mqtt://host:port`` or ``mqtts://host:port``."""
+    """``mqtt://host:port`` or ``mqtts://host:port``, with the other nodes of a broker cluster.
+
+    ``alternates`` are tried in turn when this broker cannot be reached; the address prints (and
+    parses) as a comma-separated list, so it travels through command lines unchanged.
+    """
 
     host: str
     port: int = DEFAULT_PORT
     tls: bool = False
+    alternates: tuple[BrokerAddress, ...] = ()
 
     @classmethod
     def parse(cls, url: str) -> BrokerAddress:
-        """Parse ``mqtt[s]://host[:port]`` (or a bare ``host[:port]``); raise ValueError if invalid."""
+        """Parse ``mqtt[s]://host[:port]`` (or a bare ``host[:port]``), or a comma-separated list of
+        them (a broker cluster); raise ValueError if invalid."""
+        first, *others = [part.strip() for part in url.split(",")]
+        if others:
+            head = cls.parse(first)
+            return cls(head.host, head.port, head.tls, tuple(cls.parse(o) for o in others))
+        return cls._parse_one(url.strip())
+
+    @classmethod
+    def _parse_one(cls, url: str) -> BrokerAddress:
         text = url if "://" in url else f"mqtt://{url}"
         parts = urlsplit(text)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ValueError(f"broker address {url!r}: scheme must be mqtt:// or mqtts://")
-        if not parts.hostname:
+        if not parts.hostname or not url:
             raise ValueError(f"broker address {url!r} has no host")
         try:
             port = parts.port or DEFAULT_PORT
@@ -34,8 +50,30 @@ class BrokerAddress:
             raise ValueError(f"broker address {url!r} has an invalid port") from None
         return cls(parts.hostname, port, parts.scheme in ("mqtts", "ssl"))
 
+    @property
+    def addresses(self) -> tuple[BrokerAddress, ...]:
+        """Every broker of the list, each on its own."""
+        return (BrokerAddress(self.host, self.port, self.tls), *self.alternates)
+
+    def with_tls(self) -> BrokerAddress:
+        """The same list, every address with TLS."""
+        return BrokerAddress(self.host, self.port, True, tuple(a.with_tls() for a in self.alternates))
+
     def __str__(self) -> str:
-        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+        return ",".join(f"{'mqtts' if a.tls else 'mqtt'}://{a.host}:{a.port}" for a in self.addresses)
+
+
+def subscribe_qos_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``SWARM_SUBSCRIBE_QOS`` (0 or 1, default 1): the QoS of every subscription.
+
+    0 for a NATS cluster's MQTT: there every QoS-1 subscription is a replicated JetStream consumer,
+    and re-creating hundreds of them after a node dies stalls the cluster; request/reply resends and
+    transfers re-fetch, so nothing relies on the broker's redelivery.
+    """
+    text = (os.environ if env is None else env).get("SWARM_SUBSCRIBE_QOS", "1").strip()
+    if text not in ("0", "1"):
+        raise ValueError(f"SWARM_SUBSCRIBE_QOS={text!r} must be 0 or 1")
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +98,4 @@ class BusConfig:
     max_queued_messages: int = 10_000
     backoff_base: float = 0.2
     backoff_cap: float = 5.0
+    subscribe_qos: int = field(default_factory=subscribe_qos_from_env)

@@ -22,7 +22,7 @@ import aiomqtt
 
 from daemons.aio import raise_if_cancelling
 from daemons.bus import paho_fixes
-from daemons.bus.config import BusConfig
+from daemons.bus.config import BrokerAddress, BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
@@ -123,6 +123,7 @@ class Bus:
         self.rpc = RpcClient(self)
         self.reconnects = 0
         self._reconnect_events: list[asyncio.Event] = []
+        self._broker_index = 0
         self.refused: Container[str] = frozenset()
         """Identities (certificate CNs) whose messages this session drops: the revoked ones."""
         self._refusals_logged: set[str] = set()
@@ -219,6 +220,12 @@ class Bus:
             self._tasks = None
 
     # --------------------------------------------------------------- connection
+    @property
+    def broker(self) -> BrokerAddress:
+        """The broker of the list this session uses now (or tries next)."""
+        addresses = self.config.broker.addresses
+        return addresses[self._broker_index % len(addresses)]
+
     def _make_client(self) -> aiomqtt.Client:
         cfg = self.config
         will = None
@@ -230,8 +237,8 @@ class Bus:
                 retain=True,
             )
         return aiomqtt.Client(
-            cfg.broker.host,
-            cfg.broker.port,
+            self.broker.host,
+            self.broker.port,
             identifier=f"{self.uid}-{os.getpid()}-{random.getrandbits(24):06x}",
             protocol=aiomqtt.ProtocolVersion.V311,
             clean_session=True,
@@ -263,6 +270,9 @@ class Bus:
             if self._closing:
                 return
             raise_if_cancelling()
+            if len(self.config.broker.addresses) > 1:  # a cluster: the next node of the list
+                self._broker_index += 1
+                log.info("bus[%s] trying broker %s", self.uid, self.broker)
             attempt += 1
             delay = random.uniform(0, min(self.config.backoff_cap, self.config.backoff_base * 2**attempt))
             await asyncio.sleep(delay)
@@ -281,17 +291,17 @@ class Bus:
             if not self._ever_connected and _is_fatal(exc, self._last_error):
                 self._failed.set()
         if self._ever_connected:
-            log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.config.broker, self._last_error)
+            log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.broker, self._last_error)
 
     async def _on_connect(self, client: aiomqtt.Client) -> None:
         self._client = client
         for topic_filter in dict.fromkeys(s.filter for s in self._subs):
-            await client.subscribe(topic_filter, qos=1)
+            await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
         if self._presence is not None:
             await self._publish_presence("online")
         if self._ever_connected:
             self.reconnects += 1
-            log.info("bus[%s] reconnected to %s", self.uid, self.config.broker)
+            log.info("bus[%s] reconnected to %s", self.uid, self.broker)
             for event in self._reconnect_events:
                 event.set()
         self._ever_connected = True
@@ -442,13 +452,19 @@ class Bus:
     # -------------------------------------------------------------- subscribe
     @contextlib.asynccontextmanager
     async def subscribe(self, topic_filter: str, *, maxsize: int = 1000) -> AsyncIterator[Subscription]:
-        """Subscribe to ``topic_filter`` for the duration of the block (SUBACK received on entry)."""
+        """Subscribe to ``topic_filter`` for the duration of the block (SUBACK received on entry while
+        connected; during an outage the next reconnect subscribes it, as it does every subscription)."""
         sub = Subscription(topic_filter, maxsize)
         self._subs.append(sub)
         try:
-            client = await self._wait_connected(self.config.connect_timeout)
-            with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
-                await client.subscribe(topic_filter, qos=1)
+            try:
+                client: aiomqtt.Client | None = await self._wait_connected(self.config.connect_timeout)
+            except BusError as exc:
+                log.warning("bus[%s] %s; subscribing to %s when it is back", self.uid, exc, topic_filter)
+                client = None
+            if client is not None:
+                with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
+                    await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
             yield sub
         finally:
             self._subs.remove(sub)
@@ -461,6 +477,7 @@ class Bus:
             ):
                 with contextlib.suppress(aiomqtt.MqttError, asyncio.CancelledError):
                     await client_now.unsubscribe(topic_filter)
+                raise_if_cancelling()  # the suppress above must not swallow our own cancellation
 
     def add_subscription(self, topic_filter: str, *, maxsize: int = 1000) -> Subscription:
         """A subscription for the whole session (subscribed on the next (re)connect or now)."""
@@ -468,7 +485,9 @@ class Bus:
         self._subs.append(sub)
         client = self._client
         if client is not None:
-            self.spawn(client.subscribe(topic_filter, qos=1), f"subscribe {topic_filter}")
+            self.spawn(
+                client.subscribe(topic_filter, qos=self.config.subscribe_qos), f"subscribe {topic_filter}"
+            )
         return sub
 
     # ------------------------------------------------------------------- rpc

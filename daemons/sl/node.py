@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemons.attachment import Attachment
 from daemons.bus import Bus, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
-from daemons.ledger_client import LedgerClient
+from daemons.ledger_client import LedgerClient, Patience
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
 from daemons.sl.merge import MergeOptions
@@ -74,17 +75,29 @@ class SLNode:
         sock_dir = Path(tempfile.mkdtemp(prefix="swarm-sl-"))
         try:
             async with self._bus() as bus:
+                patience = Patience.from_env()
                 ledger = await LedgerClient.connect(
-                    bus, timeout=self.options.sn_timeout, prefer=self.options.sn_uid
+                    bus,
+                    timeout=max(self.options.sn_timeout, patience.deadline),
+                    prefer=self.options.sn_uid,
+                    patience=patience,
                 )
                 refused: set[str] = set()
                 bus.refused = refused
                 bus.spawn(follow_revocations(ledger, refused), "revocations")
-                await ledger.submit("node.register", self._registration(bus))
+                attachment = Attachment(ledger, self._registration(bus))
+                await attachment.attach(strict=True)
                 self.holder = StateHolder(bus)
                 bus.serve(self._rpc)
-                self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings)
-                return await self._run_ml(sock_dir / "sl.sock", ledger)
+                self.session = MLSession(
+                    ledger, self._engine_factory(bus, ledger), self.options.settings, attachment
+                )
+                async with asyncio.TaskGroup() as group:
+                    keeper = group.create_task(attachment.run(), name="sl.attachment")
+                    try:
+                        return await self._run_ml(sock_dir / "sl.sock", ledger)
+                    finally:
+                        keeper.cancel()
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
 

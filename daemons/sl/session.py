@@ -6,6 +6,7 @@ own when a round ended without a merge). Errors become an ``error`` frame whose 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from daemons.attachment import Attachment
 from daemons.bus import BusError
 from daemons.ledger_client import LedgerClient, Rejected
 from daemons.sl.merge import MERGE_METHODS, MergeOptions
@@ -26,6 +28,8 @@ __all__ = ["MLSession", "SessionSettings"]
 log = logging.getLogger("swarm.sl.session")
 
 Reply = tuple[dict[str, Any], FlatState | None]
+# The ledger forgot this node's membership (a partition, a new SN): join again and retry.
+_LAPSED = ("must join it first", "must send node.register first", "is not registered")
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,20 @@ class SessionSettings:
 class MLSession:
     """One ML program's session with this SL."""
 
-    def __init__(self, ledger: LedgerClient, engine_factory: Any, settings: SessionSettings) -> None:
+    def __init__(
+        self,
+        ledger: LedgerClient,
+        engine_factory: Any,
+        settings: SessionSettings,
+        attachment: Attachment | None = None,
+    ) -> None:
         self.ledger = ledger
         self._engine_factory = engine_factory
         self.settings = settings
+        self.attachment = attachment
+        self.rejoined = False
+        if attachment is not None:
+            attachment.on_reattach(self._note_rejoin)
         self.engine: RoundEngine | None = None
         self.params: dict[str, Any] = {}
         self.final: RoundResult | None = None
@@ -65,8 +79,47 @@ class MLSession:
         """The training contract of this session."""
         return str(self.params.get("contract", ""))
 
+    def _note_rejoin(self) -> None:
+        self.rejoined = True
+
     async def handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
-        """Answer one request; never raises for the ML's mistakes or the swarm's refusals."""
+        """Answer one request; never raises for the ML's mistakes or the swarm's refusals.
+
+        When the ledger forgot this node (a partition, an SN restart), the node joins again and the
+        request is retried: a sync then starts from the swarm's latest merged model. A sync that fails
+        on the bus (a broker or peer outage) is retried the same way until the client's patience
+        (``SWARM_SN_DEADLINE``) runs out.
+        """
+        loop = asyncio.get_running_loop()
+        patience = self.ledger.patience
+        deadline = loop.time() + patience.deadline
+        rejoined = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._handle(header, payload)
+            except Rejected as exc:
+                lapsed = any(text in exc.reason for text in _LAPSED)
+                if self.attachment is None or not lapsed or rejoined:
+                    return self._refused(exc)
+                rejoined = True
+                await self.attachment.reattach(exc.reason)
+            except BusError as exc:
+                op = header.get("op")
+                if op not in ("begin", "sync") or loop.time() >= deadline:
+                    log.error("%s failed: %s", op, exc)
+                    return _error(f"{op} failed: {exc}")
+                log.warning("%s failed (%s); retrying from the swarm's latest model", op, exc)
+                self.rejoined = op == "sync"
+                await asyncio.sleep(patience.backoff(attempt))
+
+    @staticmethod
+    def _refused(exc: Rejected) -> Reply:
+        log.error("the ledger refused %s: %s", exc.kind, exc.reason)
+        return _error(exc.reason)
+
+    async def _handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
         op = header.get("op")
         try:
             if op == "hello":
@@ -79,10 +132,9 @@ class MLSession:
                 await self._progress(header)
                 return {"op": "ok"}, None
             return _error(f"unknown request {op!r}")
-        except Rejected as exc:
-            log.error("the ledger refused %s: %s", exc.kind, exc.reason)
-            return _error(exc.reason)
-        except (BusError, CodecError, ValueError) as exc:
+        except (Rejected, BusError):
+            raise
+        except (CodecError, ValueError) as exc:
             log.error("%s failed: %s", op, exc)
             return _error(f"{op} failed: {exc}")
         except Exception as exc:
@@ -111,6 +163,8 @@ class MLSession:
         if isinstance(header.get("layout"), list):
             body["layout"] = [list(item[:3]) for item in header["layout"] if isinstance(item, list)]
         await self.ledger.submit("contract.join", body)
+        if self.attachment is not None:
+            self.attachment.remember("contract.join", body)
         self.engine = self._engine_factory(self.contract, method, MergeOptions())
         log.info(
             "ML program (pid %s, %s) joined contract %s",
@@ -130,6 +184,11 @@ class MLSession:
         samples, weight = self._weight(header)
         if op == "begin":
             result = await self.engine.begin(flat, samples=samples, weight=weight)
+        elif op == "sync" and self.rejoined:
+            self.rejoined = False  # back after the ledger lost us: continue from the swarm's model
+            result = await self.engine.begin(flat, samples=samples, weight=weight)
+            log.info("rejoined the swarm from model %s (round %s)", result.digest[:16], result.round)
+            await self._progress(header)
         elif op == "sync":
             result = await self.engine.sync(flat, samples=samples, weight=weight)
             await self._progress(header)

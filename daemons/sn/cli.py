@@ -32,6 +32,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--sentinel-ip", help="replicate from the sentinel whose broker is at this address")
     p.add_argument("--sentinel-api-port", type=int, default=DEFAULT_PORT, help="the sentinel's broker port")
     p.add_argument("--sentinel-uid", help="uid of the SN to replicate from (default: the sentinel online)")
+    p.add_argument(
+        "--cluster",
+        metavar="NATS_URLS",
+        help="clustered ledger: the NATS servers (nats://host:4222,...) whose JetStream holds the chain "
+        "and elects the sealing SN; every SN of the swarm names the same cluster",
+    )
+    p.add_argument(
+        "--lease", type=float, default=3.0, help="seconds a dead sealer keeps its lease (default 3)"
+    )
     p.add_argument("--sn-p2p-port", type=int, help="accepted for compatibility; not used")
     p.add_argument("--apls-ip", help="accepted for compatibility; there is no licence server")
     add_identity_arguments(p)
@@ -49,6 +58,11 @@ def options_from_args(args: argparse.Namespace) -> SNOptions:
     uid = args.uid or (identity.uid if identity else "sn-1")
     if identity is not None and uid != identity.uid:
         raise ValueError(f"--uid {uid!r} differs from the certificate's CN {identity.uid!r}")
+    cluster = [url.strip() for url in (args.cluster or "").split(",") if url.strip()]
+    if cluster and broker is None:
+        raise ValueError("--cluster needs --broker: the bus of a clustered ledger is the cluster's MQTT")
+    if not args.lease > 0:
+        raise ValueError(f"--lease must be more than 0 seconds, got {args.lease}")
     return SNOptions(
         uid=uid,
         network=args.network,
@@ -60,6 +74,8 @@ def options_from_args(args: argparse.Namespace) -> SNOptions:
         broker=broker,
         broker_engine=args.broker_engine,
         identity=identity,
+        cluster=cluster,
+        lease=args.lease,
     )
 
 

@@ -25,17 +25,19 @@ from contracts.tx import Rejection
 from contracts.views import BadQuery, QueryError, query
 from daemons.aio import raise_if_cancelling
 from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
-from daemons.bus import BusConnectError, Request, RpcError
+from daemons.bus import Bus, BusConnectError, Request, RpcError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, node_name, open_bus
 from daemons.processes import install_stop_signals
 from daemons.sn.chain import LocalChain
+from daemons.sn.chainlog import ChainLog, ChainLogError
+from daemons.sn.cluster import ClusterRole
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
 from daemons.sn.revocations import LedgerRevocations, enforce_in_broker
-from daemons.sn.sealer import Sealer, StoreFailed
-from wire import Envelope, decode_envelope
+from daemons.sn.sealer import NotSealed, Sealer, StoreFailed
+from wire import Envelope, SignerLike, decode_envelope, encode_envelope, make_envelope
 from wire.errors import CodecError
 
 __all__ = ["SNNode", "SNOptions", "VERSION"]
@@ -62,6 +64,8 @@ class SNOptions:
     identity: Identity | None = None
     liveness_grace: float = 15.0
     extra_presence: dict[str, Any] = field(default_factory=dict)
+    cluster: list[str] = field(default_factory=list)
+    lease: float = 3.0
 
 
 def _who(env: Envelope) -> str:
@@ -82,6 +86,7 @@ class SNNode:
         self.broker: ManagedBroker | None = None
         self.sealer: Sealer | None = None
         self.replica: Replica | None = None
+        self.cluster: ClusterRole | None = None
         self.started = time.time()
         self.revocations = LedgerRevocations(self.chain)
         self._stop = asyncio.Event()
@@ -132,7 +137,13 @@ class SNNode:
     async def run(self) -> None:
         """Run until SIGTERM/SIGINT or ``stop()``."""
         try:
-            self.chain.ledger = await asyncio.to_thread(self._open_ledger)
+            if self.options.cluster:  # the chain comes from (or goes into) the cluster once connected
+                if self.ledger_path.exists():
+                    self.chain.ledger = await asyncio.to_thread(
+                        Ledger.open, self.ledger_path, verifier=self.chain.verifier
+                    )
+            else:
+                self.chain.ledger = await asyncio.to_thread(self._open_ledger)
             address = await asyncio.to_thread(self._start_broker)
         except (ChainError, BrokerError) as exc:
             raise SystemExit(f"swarm sn: {exc}") from None
@@ -140,7 +151,7 @@ class SNNode:
             raise SystemExit(f"swarm sn: cannot open the ledger {self.ledger_path}: {exc}") from None
         try:
             await self._serve(address)
-        except* (BusConnectError, BrokerError) as group:  # the broker gave up, or we cannot reach it
+        except* (BusConnectError, BrokerError, ChainLogError, ChainError) as group:
             raise SystemExit(f"swarm sn: {group.exceptions[0]}") from None
         finally:
             if self.broker is not None:
@@ -162,6 +173,13 @@ class SNNode:
         signer = ident.signer() if ident else None
         async with open_bus(ident, address, opts.uid, "sn", network=opts.network, presence=presence) as bus:
             bus.refused = self.revocations
+            if opts.cluster:
+                tls = ident.tls() if ident else None
+                async with ChainLog(
+                    opts.cluster, opts.network, opts.uid, tls=tls, lease=opts.lease
+                ) as chainlog:
+                    await self._serve_cluster(bus, chainlog, signer, address)
+                return
             ledger = self.chain.ledger
             if ledger is None or not opts.sentinel:
                 self.replica = Replica(bus, self.chain, opts.sentinel_uid)
@@ -187,6 +205,78 @@ class SNNode:
                 await self._stop.wait()
                 for task in tasks:
                     task.cancel()
+
+    async def _serve_cluster(
+        self, bus: Bus, chainlog: ChainLog, signer: SignerLike | None, address: BrokerAddress
+    ) -> None:
+        """A clustered ledger: follow it, campaign for sealing, forward writes while another SN seals."""
+        cluster = self.cluster = ClusterRole(
+            self.chain, bus, chainlog, signer, sentinel=self.options.sentinel
+        )
+        await cluster.open()
+        bus.serve(self.handle)
+
+        async def sealing_role(ledger: Ledger) -> None:
+            await self._seal(bus, ledger, signer, address, chainlog)
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(cluster.follow(), name="sn.follow"),
+                group.create_task(cluster.lead(sealing_role), name="sn.lead"),
+                group.create_task(self._register_in_cluster(address), name="sn.register"),
+            ]
+            log.info("Starting SWARM-API-SERVER on port: %d (clustered ledger)", address.port)
+            self.ready.set()
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+
+    async def _seal(
+        self, bus: Bus, ledger: Ledger, signer: SignerLike | None, address: BrokerAddress, chainlog: ChainLog
+    ) -> None:
+        """The sealing role (while this SN holds the lease): seal, run the timers, watch liveness."""
+        assert self.cluster is not None  # noqa: S101
+        self.sealer = Sealer(ledger, bus, signer, self.chain.lock, chainlog=chainlog)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.sealer.run(), name="sn.sealer")
+                group.create_task(self._timers(), name="sn.timers")
+                liveness = Liveness(bus, ledger, self.sealer.submit_own, grace=self.options.liveness_grace)
+                group.create_task(liveness.run(), name="sn.liveness")
+        finally:
+            self.sealer = None
+            self.cluster.fenced.set()
+
+    async def _register_in_cluster(self, address: BrokerAddress) -> None:
+        """Register this SN in the clustered ledger (sealed by whoever seals), so it may seal later."""
+        assert self.cluster is not None  # noqa: S101
+        ident = self.options.identity
+        env = make_envelope(
+            "tx:node.register",
+            self._registration(address),
+            sender=self.options.uid,
+            role="sn",
+            signer=ident.signer() if ident else None,
+        )
+        raw = encode_envelope(env)
+        while True:
+            try:
+                if self.sealer is not None:
+                    outcome = await self.sealer.submit(raw)
+                    if isinstance(outcome, StoreFailed | NotSealed):
+                        raise RpcError("failover", outcome.reason)
+                    if isinstance(outcome, Rejection):
+                        raise RpcError("rejected", outcome.reason)
+                else:
+                    await self.cluster.forward(raw)
+            except RpcError as exc:
+                if "duplicate transaction" in exc.message:
+                    return
+                log.info("registering this SN in the cluster: %s; retrying", exc.message)
+                await asyncio.sleep(1.0)
+                continue
+            log.info("this SN is registered in the clustered ledger")
+            return
 
     def _registration(self, address: BrokerAddress) -> dict[str, Any]:
         return {
@@ -266,10 +356,14 @@ class SNNode:
                 raise RpcError("rejected", str(exc)) from None
             if env.sender != request.sender or env.identity != request.envelope.identity:
                 raise RpcError("rejected", _foreign_tx(request.envelope, env))
+        if self.sealer is None and self.cluster is not None:
+            return await self.cluster.forward(raw)
         if self.sealer is None:
             assert self.replica is not None  # noqa: S101
             return await self.replica.forward(raw)
         result = await self.sealer.submit(raw)
+        if isinstance(result, NotSealed):
+            raise RpcError("failover", result.reason)
         if isinstance(result, StoreFailed):
             raise RpcError("unavailable", result.reason)
         if isinstance(result, Rejection):
@@ -303,6 +397,7 @@ class SNNode:
             "uid": self.options.uid,
             "version": VERSION,
             "sentinel": self.options.sentinel,
+            "sealing": self.sealer is not None,
             "height": self.ledger.height,
             "head": self.ledger.head_hash.hex(),
             "signed": self.ledger.signed,

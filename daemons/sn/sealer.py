@@ -20,9 +20,10 @@ from contracts.tx import Rejection
 from contracts.views import entity_view
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
+from daemons.sn.chainlog import ChainLog, ChainLogError
 from wire import SignerLike, encode_envelope, make_envelope
 
-__all__ = ["Outcome", "Sealer", "StoreFailed"]
+__all__ = ["NotSealed", "Outcome", "Sealer", "StoreFailed"]
 
 log = logging.getLogger("swarm.sn.sealer")
 MAX_BATCH = 2000
@@ -37,7 +38,15 @@ class StoreFailed:
     reason: str
 
 
-Outcome = Accepted | Rejection | StoreFailed
+@dataclass(frozen=True, slots=True)
+class NotSealed:
+    """The block could not be put into the clustered ledger (another SN seals now): nothing was
+    accepted; the client sends it again, to whichever SN seals."""
+
+    reason: str
+
+
+Outcome = Accepted | Rejection | StoreFailed | NotSealed
 
 
 @dataclass(slots=True)
@@ -50,9 +59,16 @@ class Sealer:
     """Seals submitted envelopes into blocks, in arrival order."""
 
     def __init__(
-        self, ledger: Ledger, bus: Bus, signer: SignerLike | None, lock: threading.Lock | None = None
+        self,
+        ledger: Ledger,
+        bus: Bus,
+        signer: SignerLike | None,
+        lock: threading.Lock | None = None,
+        chainlog: ChainLog | None = None,
     ) -> None:
         self.ledger = ledger
+        self._chainlog = chainlog
+        self._loop = asyncio.get_running_loop() if chainlog is not None else None
         self._lock = lock or threading.Lock()
         self.bus = bus
         self.signer = signer
@@ -81,6 +97,9 @@ class Sealer:
                 batch.append(self._queue.get_nowait())
             try:
                 result = await asyncio.to_thread(self._seal, [p.raw for p in batch])
+            except ChainLogError as exc:  # not replicated, so not stored: another SN seals now
+                self._refuse(batch, NotSealed(f"not sealed: {exc}"))
+                raise
             except StorageError as exc:  # e.g. a full disk: refuse for now, keep running, try the next batch
                 self._refuse(batch, StoreFailed(f"the SN cannot store blocks now ({exc}); try again later"))
                 continue
@@ -99,7 +118,7 @@ class Sealer:
                 self.changed.set()
                 await self._announce(result)
 
-    def _refuse(self, batch: list[_Pending], outcome: StoreFailed | Rejection) -> None:
+    def _refuse(self, batch: list[_Pending], outcome: StoreFailed | NotSealed | Rejection) -> None:
         if isinstance(outcome, StoreFailed) and self._failing_since is None:
             self._failing_since = time.monotonic()
             log.error("%s; %d transaction(s) refused, they can be sent again", outcome.reason, len(batch))
@@ -108,8 +127,22 @@ class Sealer:
                 pending.future.set_result(outcome)
 
     def _seal(self, envelopes: list[bytes]) -> SealResult:
+        replicate = self._replicate if self._chainlog is not None else None
         with self._lock:
-            return self.ledger.seal(envelopes, sealer=self.signer, sealer_uid=self.bus.uid, now=time.time())
+            return self.ledger.seal(
+                envelopes, sealer=self.signer, sealer_uid=self.bus.uid, now=time.time(), replicate=replicate
+            )
+
+    def _replicate(self, height: int, raw: bytes) -> None:
+        """In the sealing thread: the block goes into the clustered ledger before it is stored here."""
+        assert self._chainlog is not None  # noqa: S101 - only set up with a chain log
+        assert self._loop is not None  # noqa: S101
+        future = asyncio.run_coroutine_threadsafe(self._chainlog.append(height, raw), self._loop)
+        try:
+            future.result(timeout=15)
+        except TimeoutError:
+            future.cancel()
+            raise ChainLogError(f"block {height} was not appended within 15 s") from None
 
     async def _announce(self, result: SealResult) -> None:
         """Publish the new block (for replicas) and the view of every entity it changed."""

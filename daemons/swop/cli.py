@@ -35,6 +35,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--work-dir", type=Path, help="run directories, environments, logs (default ./swarm-<uid>)"
     )
     p.add_argument(
+        "--offline-grace",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a task keeps running while every SWOP of it is unreachable (default 120)",
+    )
+    p.add_argument(
         "--cpu-slots",
         type=int,
         default=int(os.environ.get("SWOP_CPU_SLOTS", "1")),
@@ -76,6 +83,7 @@ def options_from_args(args: argparse.Namespace) -> SwopOptions:
         network=args.network,
         identity=identity,
         sn_uid=args.sn_uid,
+        offline_grace=args.offline_grace,
         cpu_slots=_positive(args.cpu_slots, "--cpu-slots"),
     )
 

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from daemons.aio import raise_if_cancelling
+from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, node_name, open_bus
-from daemons.ledger_client import LedgerClient, Rejected
+from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
@@ -56,6 +57,7 @@ class SwopOptions:
     network: str = "swarm"
     identity: Identity | None = None
     sn_uid: str | None = None
+    offline_grace: float = 120.0
     keep: bool = field(default_factory=lambda: _truthy(os.environ.get("SWOP_KEEP_CONTAINERS")))
     cpu_slots: int = 1
 
@@ -108,15 +110,20 @@ class SwopNode:
     async def run(self) -> None:
         """Enroll and run assignments until stopped."""
         async with self._bus() as bus:
-            self.ledger = await LedgerClient.connect(bus, timeout=60, prefer=self.options.sn_uid)
-            await self.ledger.submit("node.register", self._registration(bus))
+            patience = Patience.from_env()
+            self.ledger = await LedgerClient.connect(
+                bus, timeout=patience.deadline, prefer=self.options.sn_uid, patience=patience
+            )
+            attachment = Attachment(self.ledger, self._registration(bus))
             profile = self.options.profile
             enroll = {
                 "taskrunner": self.taskrunner,
                 "capacity": len(profile.nodes),
                 "group": profile.groupname,
+                "grace": self.options.offline_grace,
             }
-            await self.ledger.submit("taskrunner.enroll", enroll)
+            attachment.remember("taskrunner.enroll", enroll)
+            await attachment.attach(strict=True)
             log.info(
                 "SWOP %s listening on taskrunner %s with %d SL slots",
                 bus.uid,
@@ -124,9 +131,11 @@ class SwopNode:
                 len(profile.nodes),
             )
             async with asyncio.TaskGroup() as group:
-                watcher = group.create_task(self._watch(group), name="swop.watch")
+                watcher = group.create_task(self._watch_always(group), name="swop.watch")
+                keeper = group.create_task(attachment.run(), name="swop.attachment")
                 await self._stop.wait()
                 watcher.cancel()
+                keeper.cancel()
                 await self._stop_all()
 
     def _registration(self, bus: Bus) -> dict[str, Any]:
@@ -143,6 +152,16 @@ class SwopNode:
             },
             "session": bus.session,
         }
+
+    async def _watch_always(self, group: asyncio.TaskGroup) -> None:
+        """Watch the taskrunner; an SN or broker outage longer than the client's patience is logged
+        and the watch starts again (a SWOP never ends because the SN was away)."""
+        while True:
+            try:
+                await self._watch(group)
+            except BusError as exc:
+                log.error("lost the taskrunner %s: %s; watching it again", self.taskrunner, exc)
+                await asyncio.sleep(1.0)
 
     async def _watch(self, group: asyncio.TaskGroup) -> None:
         assert self.ledger is not None  # noqa: S101
