@@ -31,8 +31,11 @@ __all__ = ["Event", "LedgerClient", "Patience", "Rejected", "Watch", "find_sn"]
 
 log = logging.getLogger("swarm.ledger_client")
 EVENT_KIND = "event"
+# A resent envelope that the ledger holds already: sealed in an earlier block, or accepted in the same
+# block as its twin (replies go out only once that block is stored).
 _DUPLICATE = re.compile(
-    r"duplicate transaction: this exact envelope is already transaction (\d+) of block (\d+)"
+    r"duplicate transaction: this exact envelope "
+    r"(is already transaction \d+ of block \d+|was sent twice in one batch)"
 )
 _SETTLE = 0.5  # seconds to hear the other SNs' retained presence before choosing among them
 # Refusals that are about the moment, not the transaction: no SN seals right now (another will), or the

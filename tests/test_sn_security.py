@@ -298,3 +298,12 @@ async def test_malformed_read_arguments_are_bad_requests(sn: RunningSN) -> None:
         assert (await LedgerClient(bus, SN).status())["uid"] == SN
     assert "Traceback" not in sn.log(), sn.log()[-3000:]
     assert codes == ["bad-request"] * len(calls), codes
+
+
+def test_a_resend_counts_as_accepted_whichever_duplicate_answer_the_ledger_gives() -> None:
+    from daemons.ledger_client import _DUPLICATE
+
+    sealed_before = "duplicate transaction: this exact envelope is already transaction 0 of block 7"
+    same_block = "duplicate transaction: this exact envelope was sent twice in one batch"
+    assert _DUPLICATE.search(sealed_before) and _DUPLICATE.search(same_block)
+    assert not _DUPLICATE.search("contract 'x' exists already")
