@@ -122,6 +122,7 @@ class Member:
     total_epochs: int = 0
     loss: float | None = None
     metric: float | None = None
+    epsilon: float | None = None  # differential privacy spent by the site so far (None: DP off)
     done_mode: str | None = None
     left_reason: str = ""
 

@@ -103,6 +103,7 @@ def join(state: State, tx: Tx) -> State:
         total_epochs=params.total_epochs if old is None else old.total_epochs,
         loss=None if old is None else old.loss,
         metric=None if old is None else old.metric,
+        epsilon=None if old is None else old.epsilon,
     )
     contract = replace(
         contract,
@@ -139,14 +140,17 @@ def _next_number(book: Rounds) -> int:
 
 
 def progress(state: State, tx: Tx) -> State:
-    """``contract.progress``: the member's PERFDATA (epochs, loss, metric)."""
+    """``contract.progress``: the member's PERFDATA (epochs, loss, metric, and epsilon under DP)."""
     contract = _contract(state, tx.body["contract"])
+    old = _member(contract, tx.sender)
+    epsilon = tx.body.get("epsilon")
     member = replace(
-        _member(contract, tx.sender),
+        old,
         epochs_done=tx.body["epochs_done"],
         total_epochs=tx.body["total_epochs"],
         loss=tx.body["loss"],
         metric=tx.body["metric"],
+        epsilon=old.epsilon if epsilon is None else epsilon,
         updated_at=tx.time,
     )
     return _with_contract(state, replace(contract, members=put(contract.members, tx.sender, member)))

@@ -150,6 +150,7 @@ KINDS: Mapping[str, KindSpec] = {
             "total_epochs": f.Field(f.integer(0)),
             "loss": f.Field(f.optional(f.number(float("-inf"), finite=False)), None),
             "metric": f.Field(f.optional(f.number(float("-inf"), finite=False)), None),
+            "epsilon": f.Field(f.optional(f.number(0.0)), None),  # differential privacy spent so far
         },
     ),
     "contract.done": KindSpec(

@@ -91,18 +91,27 @@ def privatize(
 
 @dataclass
 class SitePrivacy:
-    """A site's DP: privatizes every release and keeps epsilon so far."""
+    """A site's DP: privatizes every release against the model it last loaded; keeps epsilon so far."""
 
     settings: DPSettings
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    reference: FlatState | None = None  # the model the site last loaded from the swarm
 
     def __post_init__(self) -> None:
         """Start the accountant at zero releases."""
         self.accountant = GaussianAccountant(self.settings.noise_multiplier, self.settings.delta)
 
-    def release(self, model: FlatState, reference: FlatState) -> Release:
-        """The privatized ``model`` (its update against ``reference``); counts one release."""
-        result = privatize(model, reference, self.settings, self.rng)
+    def loaded(self, model: FlatState) -> None:
+        """The site continues training from ``model``: later updates are measured against it."""
+        self.reference = model
+
+    def release(self, model: FlatState, reference: FlatState | None = None) -> Release:
+        """The privatized ``model`` (its update against ``reference``, by default the last loaded
+        model); counts one release."""
+        base = reference if reference is not None else self.reference
+        if base is None:
+            raise DPError("no model was loaded from the swarm yet; there is no update to privatize")
+        result = privatize(model, base, self.settings, self.rng)
         self.accountant.step()
         return result
 
