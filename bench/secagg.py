@@ -158,8 +158,9 @@ def main() -> None:
     print("{:>8} {:<16} {:>9} {:>10} {:>10} {:>9} {:>7}".format(*header))
     for r in measure():
         print(
-            f"{r['model_mb']:>5.1f} MB {r['case']:<16} {r['peer_s'] * 1e3:>9.1f} {r['leader_s'] * 1e3:>10.1f} "
-            f"{r['secure_s'] * 1e3:>10.1f} {r['plain_s'] * 1e3:>9.1f} {r['ratio']:>7.1f}"
+            f"{r['model_mb']:>5.1f} MB {r['case']:<16} {r['peer_s'] * 1e3:>9.1f} "
+            f"{r['leader_s'] * 1e3:>10.1f} {r['secure_s'] * 1e3:>10.1f} {r['plain_s'] * 1e3:>9.1f} "
+            f"{r['ratio']:>7.1f}"
         )
 
 
