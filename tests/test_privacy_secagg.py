@@ -218,7 +218,7 @@ def test_the_secure_mean_of_a_torch_model_matches_the_plain_mean() -> None:
     for spec in merged.specs:
         got, want = merged.view(spec), plain.view(spec)
         if spec.dtype == "float32":
-            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)  # merge_flat sums float32 in float32
         else:  # num_batches_tracked: the same integer
             assert np.array_equal(got, want), spec.name
 
@@ -232,7 +232,9 @@ def test_a_dropout_during_a_secure_round_gives_the_mean_of_the_others() -> None:
     assert np.array_equal(total, _plain_sum(encode_model(models[u], share[u]) for u in survivors))
     plain = _plain_mean({u: models[u] for u in survivors}, weights)
     for spec in merged.specs:
-        np.testing.assert_allclose(merged.view(spec), plain.view(spec), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(
+            merged.view(spec), plain.view(spec), rtol=1e-5, atol=1e-7
+        )  # merge_flat sums float32 in float32
 
 
 def test_values_beyond_the_encoding_are_refused_by_name() -> None:

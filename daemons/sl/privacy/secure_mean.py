@@ -30,9 +30,9 @@ __all__ = [
 ]
 
 
-def session_id(contract: str, number: int) -> bytes:
-    """What binds a round's keys and masks to it: the contract and round number."""
-    return f"{contract}\x00{number}".encode()
+def session_id(contract: str, number: int, leader: str = "") -> bytes:
+    """What binds a round's keys and masks to it: the contract, the round number and its leader."""
+    return f"{contract}\x00{number}\x00{leader}".encode()
 
 
 def threshold_for(peers: int) -> int:
@@ -42,9 +42,9 @@ def threshold_for(peers: int) -> int:
     return max(2, peers // 2 + 1)
 
 
-def new_peer(uid: str, contract: str, number: int, peers: int) -> Peer:
+def new_peer(uid: str, contract: str, number: int, peers: int, leader: str = "") -> Peer:
     """A participant's fresh secure-aggregation state for round ``number`` of ``contract``."""
-    return Peer(uid, session_id(contract, number), threshold_for(peers))
+    return Peer(uid, session_id(contract, number, leader), threshold_for(peers))
 
 
 def shares(weights: Mapping[str, float]) -> dict[str, float]:
