@@ -107,6 +107,7 @@ class Params:
     admin: bool
     quorum_wait: float
     leader_timeout: float
+    secure_aggregation: bool = False  # the mean merge by masked rows (docs/privacy.md)
 
 
 @dataclass(frozen=True, slots=True)

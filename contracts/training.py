@@ -86,6 +86,7 @@ def join(state: State, tx: Tx) -> State:
     if not node.online:
         raise RejectError(f"node {tx.sender!r} is offline; it must register again (node.register) first")
     params = Params(**tx.body["params"])
+    _same_secure_aggregation(contract, tx.sender, params)
     layout = tx.body.get("layout")
     if layout is not None and contract.layout is not None and layout != contract.layout:
         raise RejectError(
@@ -117,6 +118,19 @@ def join(state: State, tx: Tx) -> State:
         first = Round(number=_next_number(book), status="OPEN", opened_at=tx.time)
         state = replace(state, rounds=put(state.rounds, contract.name, replace(book, open=first)))
     return refresh_open_round(state, contract.name, tx.time)
+
+
+def _same_secure_aggregation(contract: Contract, uid: str, params: Params) -> None:
+    """Every member of a contract merges the same way: all with secure aggregation or none."""
+    others = {
+        m.params.secure_aggregation for u, m in contract.members.items() if u != uid and m.status != "left"
+    }
+    if others and params.secure_aggregation not in others:
+        theirs, mine = ("without", "with") if params.secure_aggregation else ("with", "without")
+        raise RejectError(
+            f"contract {contract.name!r} trains {theirs} secure aggregation; {uid!r} asked to train {mine}: "
+            "every site must set the same secureAggregation"
+        )
 
 
 def layout_difference(expected: Layout, got: Layout) -> str:

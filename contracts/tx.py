@@ -108,6 +108,7 @@ _PARAM_FIELDS: Mapping[str, f.Field] = {
     "admin": f.Field(f.boolean, True),
     "quorum_wait": f.Field(f.number(0.0), 30.0),
     "leader_timeout": f.Field(f.number(0.001), 600.0),
+    "secure_aggregation": f.Field(f.boolean, False),
 }
 
 _CONTRACT = {"contract": f.Field(f.name)}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from swarmlearning.client.privacy import privacy_params
+from swarmlearning.client.privacy import privacy_params, secure_params
 from swci.tables import perfdata_table
 
 
@@ -36,6 +36,16 @@ def test_dp_is_off_unless_a_noise_multiplier_is_given() -> None:
 def test_bad_dp_options_are_refused_by_name(options: dict[str, Any], message: str) -> None:
     with pytest.raises(_Bad, match=message):
         privacy_params(options, _Bad)
+
+
+def test_secure_aggregation_is_off_by_default_and_only_with_the_mean() -> None:
+    assert secure_params({}, "mean", _Bad) == {}
+    assert secure_params({"secureAggregation": True}, "mean", _Bad) == {"secure_aggregation": True}
+    with pytest.raises(_Bad, match=r"works only with mergeMethod='mean'.*got mergeMethod='krum'"):
+        secure_params({"secureAggregation": True}, "krum", _Bad)
+    with pytest.raises(_Bad, match="must be True or False"):
+        secure_params({"secureAggregation": "yes"}, "mean", _Bad)
+    assert secure_params({"secureAggregation": False}, "geomedian", _Bad) == {}
 
 
 def _headers(rows: list[dict[str, Any]]) -> list[str]:

@@ -44,3 +44,16 @@ def test_two_sites_under_dp_finish_together_and_report_epsilon(sn: RunningSN, tm
     for row in rows:
         assert row["epsilon"] > 0, row
         assert any(row["epsilon"] == pytest.approx(eps, rel=1e-12) for eps in possible.values()), row
+
+
+def test_three_sites_under_secure_aggregation_end_with_one_model(sn: RunningSN, tmp_path: Path) -> None:
+    quick = {"SL_WAIT_FOR_FULL_QUORUM_SECONDS": "1"}
+    settings = {"SECURE": 1, "MIN_PEERS": 3, "EPOCHS": 1, "BATCHES": 8, "SYNC_FREQ": 4}
+    nodes = [
+        start_sl(sn, f"sl-{i}", tmp_path, sl_env=quick, sl_args=["--linger", "2"], SEED=i, **settings)
+        for i in (1, 2, 3)
+    ]
+    assert [n.wait() for n in nodes] == [0, 0, 0], [n.output()[-2000:] for n in nodes]
+    assert len({n.final_digest() for n in nodes} - {None}) == 1
+    logs = "".join(n.output() for n in nodes)
+    assert "unmasked the sum of 3 masked models" in logs, logs[-3000:]

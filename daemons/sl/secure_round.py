@@ -27,12 +27,13 @@ import numpy as np
 from daemons.bus import Bus, BusError
 from daemons.bus.rpc import Request, RpcError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
+from daemons.ledger_client import LedgerClient
 from daemons.sl.privacy import messages
 from daemons.sl.privacy.secagg import Advert, Aggregator, Peer, Reveal, SealedShare, SecAggError, Words
 from daemons.sl.privacy.secure_mean import decode_mean, masked_model, new_peer, session_id, threshold_for
 from wire.tensors import FlatState, layout_of
 
-__all__ = ["SECAGG_METHOD", "RoundInfo", "SecureRounds", "lead"]
+__all__ = ["SECAGG_METHOD", "RoundInfo", "SecureRounds", "lead", "ledger_lookup", "round_info"]
 
 log = logging.getLogger("swarm.sl.secagg")
 SECAGG_METHOD = "secagg"
@@ -53,6 +54,28 @@ class RoundInfo:
 
 
 Lookup = Callable[[str, int], Awaitable[RoundInfo | None]]
+
+
+def round_info(contract: str, number: int, rnd: Mapping[str, Any]) -> RoundInfo:
+    """A round of a ``contract.rounds`` view as :class:`RoundInfo` (weights from its check-ins)."""
+    checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
+    participants = tuple(uid for uid in rnd.get("participants") or [] if uid in checkins)
+    weights = {uid: float(checkins[uid].get("weight") or 0.0) for uid in participants}
+    return RoundInfo(contract, number, str(rnd.get("leader") or ""), participants, weights)
+
+
+def ledger_lookup(ledger: LedgerClient) -> Lookup:
+    """A lookup that reads closed rounds from the ledger."""
+
+    async def lookup(contract: str, number: int) -> RoundInfo | None:
+        view = await ledger.query("contract.rounds", name=contract)
+        candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
+        rnd = next((r for r in candidates if r and r.get("round") == number), None)
+        if rnd is None or rnd.get("status") != "CLOSED":
+            return None
+        return round_info(contract, number, rnd)
+
+    return lookup
 
 
 @dataclass
@@ -243,6 +266,14 @@ async def lead(
     aggregator = Aggregator(session_id(info.contract, info.number, info.leader), threshold)
     total = await asyncio.to_thread(aggregator.unmask, adverts, group, rows, list(reveals.values()))
     merged = await asyncio.to_thread(decode_mean, total, group, survivors, info.weights, like)
+    dropped = sorted(set(info.participants) - set(survivors))
+    log.info(
+        "round %d of %s: unmasked the sum of %d masked models%s",
+        info.number,
+        info.contract,
+        len(survivors),
+        f" ({', '.join(dropped)} left out)" if dropped else "",
+    )
     return merged, survivors
 
 

@@ -155,6 +155,9 @@ class MLSession:
         except DPError as exc:
             return _error(str(exc))
         self.privacy = SitePrivacy(dp) if dp is not None else None
+        secure = params.get("secure_aggregation") is True
+        if secure and method != "mean":
+            return _error(f"secureAggregation works only with mergeMethod 'mean', not {method!r}")
         self.params = params
         join = {
             "sync_frequency": int(params.get("sync_frequency") or 1),
@@ -165,6 +168,7 @@ class MLSession:
             "admin": self.settings.admin,
             "quorum_wait": self.settings.quorum_wait,
             "leader_timeout": self.settings.leader_timeout,
+            "secure_aggregation": secure,
         }
         body: dict[str, Any] = {"contract": self.contract, "params": join}
         if isinstance(header.get("layout"), list):
@@ -172,7 +176,7 @@ class MLSession:
         await self.ledger.submit("contract.join", body)
         if self.attachment is not None:
             self.attachment.remember("contract.join", body)
-        self.engine = self._engine_factory(self.contract, method, MergeOptions())
+        self.engine = self._engine_factory(self.contract, method, MergeOptions(), secure=secure)
         log.info(
             "ML program (pid %s, %s) joined contract %s",
             header.get("pid"),

@@ -1,8 +1,11 @@
-"""SwarmCallback's differential-privacy options: ``dpNoiseMultiplier``, ``dpClipNorm``, ``dpDelta``.
+"""SwarmCallback's privacy options: ``dpNoiseMultiplier``, ``dpClipNorm``, ``dpDelta`` and
+``secureAggregation``.
 
 With ``dpNoiseMultiplier`` set, the site's SL clips every update it checks in (the trained model
 minus the model last loaded from the swarm) to L2 norm ``dpClipNorm``, adds Gaussian noise of
 standard deviation ``dpNoiseMultiplier * dpClipNorm`` and reports epsilon for ``dpDelta`` in PERFDATA.
+With ``secureAggregation=True`` (only with ``mergeMethod='mean'``; every site of the contract must set
+it) the round's leader sees only masked models and their sum.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["DP_OPTIONS", "privacy_params"]
+__all__ = ["DP_OPTIONS", "SECURE_OPTION", "privacy_params", "secure_params"]
 
 DP_OPTIONS = frozenset({"dpNoiseMultiplier", "dpClipNorm", "dpDelta"})
+SECURE_OPTION = "secureAggregation"
 
 
 def _positive(name: str, value: Any, error: type[ValueError]) -> float:
@@ -44,3 +48,18 @@ def privacy_params(kwargs: dict[str, Any], error: type[ValueError]) -> dict[str,
         "dp_clip_norm": _positive("dpClipNorm", kwargs["dpClipNorm"], error),
         "dp_delta": delta,
     }
+
+
+def secure_params(kwargs: dict[str, Any], merge_method: str, error: type[ValueError]) -> dict[str, Any]:
+    """``{"secure_aggregation": True}`` when asked (and the merge is the mean), else empty."""
+    secure = kwargs.get(SECURE_OPTION, False)
+    if not isinstance(secure, bool):
+        raise error(f"SwarmCallback: {SECURE_OPTION} must be True or False, got {secure!r}")
+    if not secure:
+        return {}
+    if merge_method != "mean":
+        raise error(
+            f"SwarmCallback: {SECURE_OPTION} works only with mergeMethod='mean' (the leader sees only the "
+            f"sum of masked models, which a {merge_method} cannot use); got mergeMethod={merge_method!r}"
+        )
+    return {"secure_aggregation": True}

@@ -2,7 +2,7 @@
 
 Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, MERGE, SCRATCH_DIR,
 FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model),
-DP_NOISE and DP_CLIP (differential privacy: dpNoiseMultiplier, dpClipNorm).
+DP_NOISE and DP_CLIP (differential privacy: dpNoiseMultiplier, dpClipNorm), SECURE=1 (secureAggregation).
 Under torchrun (RANK set; ``swarm sl --ml-nproc 2``) it trains with DistributedDataParallel on the gloo
 backend, each rank on its half of every batch; rank 0 alone talks to the SL.
 """
@@ -45,6 +45,7 @@ callback = SwarmCallback(
     adsValData=val,
     lossFunction="CrossEntropyLoss",
     **(dp if env("DP_NOISE") else {}),
+    **({"secureAggregation": True} if env("SECURE") else {}),
 )
 callback.on_train_begin()
 fail_at = int(env("FAIL_AT_BATCH", "-1"))
