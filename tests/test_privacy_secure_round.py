@@ -124,3 +124,17 @@ async def test_only_the_ledgers_leader_gets_answers(make_bus: MakeBus) -> None:
             await intruder.request(
                 "sl-b", SECAGG_METHOD, {"contract": "mnist", "round": 5, "stage": "reveal"}
             )
+
+
+async def test_a_participant_masks_only_once_for_a_leader(
+    make_bus: MakeBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader that asked twice could subtract two sums over different survivors: refused."""
+    models = {uid: _model(i) for i, uid in enumerate(UIDS)}
+    async with AsyncExitStack() as stack:
+        nodes = await _nodes(stack, make_bus, models)
+        bus, service = nodes["sl-a"]
+        await lead(bus, service, INFO, models["sl-a"], timeout=5.0)
+        with pytest.raises(SecAggError, match=r"only 0 peer\(s\) advertised keys"):
+            await lead(bus, service, INFO, models["sl-a"], timeout=5.0)
+    assert "'sl-b' has sent its masked model to 'sl-a' for round 5 already" in caplog.text

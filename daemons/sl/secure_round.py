@@ -127,7 +127,7 @@ class SecureRounds:
         """RPC handler for ``secagg``."""
         try:
             return await self.answer(request.sender, request.body)
-        except SecAggError as exc:
+        except ValueError as exc:  # SecAggError, and a model the fixed-point encoding cannot hold
             raise RpcError("secagg-refused", str(exc)) from None
 
     async def answer(self, sender: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,6 +167,16 @@ class SecureRounds:
             raise SecAggError(f"{sender!r} is not the leader of round {number} of {contract!r} on the ledger")
         if self.uid not in info.participants:
             raise SecAggError(f"{self.uid!r} is not a participant of round {number} of {contract!r}")
+        if (
+            slot.peer is not None
+            and slot.peer.masked
+            and slot.info is not None
+            and slot.info.leader == sender
+        ):
+            # a second masking for the same leader could let it subtract two different sums
+            raise SecAggError(
+                f"{self.uid!r} has sent its masked model to {sender!r} for round {number} already"
+            )
         slot.info = info
         slot.peer = new_peer(self.uid, contract, number, len(info.participants), leader=info.leader)
         return {"advert": messages.advert_to_wire(slot.peer.advertise())}

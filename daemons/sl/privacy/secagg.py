@@ -160,6 +160,11 @@ class Peer:
         self._masked_for: frozenset[str] | None = None
         self._revealed = False
 
+    @property
+    def masked(self) -> bool:
+        """Whether this peer has sent its masked input (its keys must not be replaced after that)."""
+        return self._masked_for is not None
+
     # stage 1
     def advertise(self) -> Advert:
         """This peer's public keys."""
