@@ -9,13 +9,16 @@ of a plain round computes: ``merge_flat(..., "mean")`` of the same 4 models. Two
   since the peers mask at the same time on their own machines;
 - with 1 of the 4 dropped after sharing keys (the leader recomputes its pairwise masks).
 
-Transfers are not timed here: a masked row holds 8 bytes per value, twice a float32 model, so the
-bytes a round moves double (``bench/rounds.py`` times plain rounds over the bus).
+Then whole rounds over the bus, as ``bench/rounds.py`` times them (an SN, mosquitto, 4 SLs with the
+stand-in ML program, 1.6 MB model): the median round latency with ``secureAggregation=True`` against
+the same without it, run one after the other. A masked row holds 8 bytes per value, twice a float32
+model, and the round adds three request/reply stages.
 Run: ``.venv/bin/python bench/secagg.py``.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import make_row
+from bench.common import MB, ROOT, make_row
 from bench.merge import _model_layout
+from bench.rounds import round_latency, swarm_rounds
 from daemons.sl.merge import merge_flat
 from daemons.sl.privacy.secagg import Aggregator, Peer
 from daemons.sl.privacy.secure_mean import decode_mean, masked_model, new_peer
@@ -37,6 +41,7 @@ __all__ = ["measure", "run"]
 
 PEERS = 4
 SIZES_MB = (1.6, 45.0)
+BUS_MODEL_MB, BUS_ROUNDS = 1.6, 12
 UIDS = tuple(f"sl-{i}" for i in range(1, PEERS + 1))
 
 
@@ -136,9 +141,26 @@ def measure(sizes: tuple[float, ...] = SIZES_MB) -> list[dict[str, Any]]:
     return [row for size in sizes for row in _bench_size(size, rng)]
 
 
+def measure_bus(model_mb: float = BUS_MODEL_MB, rounds: int = BUS_ROUNDS) -> dict[str, float]:
+    """Median round latency over the bus, plain and secure, one run after the other."""
+    ws = ROOT / "bench" / "results" / "secagg.tmp"
+    out = {}
+    for label, env in (("plain", {}), ("secure", {"SECURE": 1})):
+        swarm = swarm_rounds(ws, PEERS, int(model_mb * MB), rounds, extra_env=env)
+        out[label] = round_latency(swarm.nodes)
+    shutil.rmtree(ws, ignore_errors=True)
+    return out
+
+
 def run() -> list[dict[str, Any]]:
-    """Table rows: secure round compute (critical path) against the plain mean merge."""
-    return [
+    """Table rows: a whole round over the bus, then the secure round's compute against the plain merge."""
+    bus = measure_bus()
+    head = make_row(
+        f"sync round with secure aggregation, {PEERS} peers, {BUS_MODEL_MB:g} MB model",
+        bus["secure"] * 1e3, "ms", "the same sync round without it", bus["plain"] * 1e3,
+        note=f"median of rounds 2..{BUS_ROUNDS}; SN, mosquitto, 4 SL + stand-in ML, one run after the other",
+    )  # fmt: skip
+    return [head] + [
         make_row(
             f"secure-aggregation mean round, {PEERS} peers ({r['case']}), {r['model_mb']:.1f} MB model",
             r["secure_s"] * 1e3, "ms", "plain mean merge of the same models", r["plain_s"] * 1e3,
@@ -152,7 +174,13 @@ def run() -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    """Print the table."""
+    """Print the tables."""
+    bus = measure_bus()
+    print(f"sync round over the bus, {PEERS} peers, {BUS_MODEL_MB:g} MB, median of rounds 2..{BUS_ROUNDS}:")
+    print(
+        f"  plain {bus['plain'] * 1e3:.1f} ms, secure {bus['secure'] * 1e3:.1f} ms, "
+        f"ratio {bus['secure'] / bus['plain']:.2f}"
+    )
     print(f"secure aggregation, {PEERS} peers; ratio = secure round compute / plain mean merge")
     header = ("model", "case", "peer ms", "leader ms", "secure ms", "plain ms", "ratio")
     print("{:>8} {:<16} {:>9} {:>10} {:>10} {:>9} {:>7}".format(*header))
