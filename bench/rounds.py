@@ -71,7 +71,14 @@ def _children_cpu() -> float:
 
 
 def swarm_rounds(
-    ws: Path, peers: int, model_bytes: int, rounds: int, *, work_s: float = 0.0, prefix: str = "sl"
+    ws: Path,
+    peers: int,
+    model_bytes: int,
+    rounds: int,
+    *,
+    work_s: float = 0.0,
+    prefix: str = "sl",
+    extra_env: dict[str, Any] | None = None,
 ) -> SwarmRun:
     """Run ``peers`` SLs with stand-in MLs on a fresh SN until they finish ``rounds`` syncs."""
     shutil.rmtree(ws, ignore_errors=True)
@@ -83,7 +90,7 @@ def swarm_rounds(
         for i, name in enumerate(names):
             env = {
                 "MODEL_BYTES": model_bytes, "ROUNDS": rounds, "WORK_S": work_s, "MIN_PEERS": peers,
-                "SEED": i, "RESULT": ws / f"{name}.json",
+                "SEED": i, "RESULT": ws / f"{name}.json", **(extra_env or {}),
             }  # fmt: skip
             start_sl(procs, port, name, program=STANDIN, work=ws / "runs", env=env)
         _wait_all(procs, names, TIMEOUT_S + 2 * peers)

@@ -7,7 +7,8 @@ a few MB and no CPU for training. Environment:
 - ``MODEL_BYTES``: size of the float32 model (split into 16 tensors and a step counter);
 - ``ROUNDS``: syncs after ``on_train_begin``; ``WORK_S``: seconds of pretend local training before each
   (a sleep, as if on the node's own hardware); ``MIN_PEERS``;
-- ``RESULT``: JSON file for ``{"sync_s": [...], "done": [...]}`` (duration and end time of every sync).
+- ``RESULT``: JSON file for ``{"sync_s": [...], "done": [...]}`` (duration and end time of every sync);
+- ``SECURE=1``: train with ``secureAggregation=True``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def main() -> None:
     env = os.environ
     rounds, work = int(env.get("ROUNDS", "10")), float(env.get("WORK_S", "0"))
     model = make_model(int(env.get("MODEL_BYTES", "100000")), int(env.get("SEED", "0")))
-    callback = NumpyCallback(1, int(env.get("MIN_PEERS", "2")), model=model, totalEpochs=1)
+    secure = {"secureAggregation": True} if env.get("SECURE") == "1" else {}
+    callback = NumpyCallback(1, int(env.get("MIN_PEERS", "2")), model=model, totalEpochs=1, **secure)
     callback.on_train_begin()
     sync_s, done = [], []
     for _ in range(rounds):

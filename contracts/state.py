@@ -107,6 +107,7 @@ class Params:
     admin: bool
     quorum_wait: float
     leader_timeout: float
+    secure_aggregation: bool = False  # the mean merge by masked rows (docs/privacy.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,7 @@ class Member:
     total_epochs: int = 0
     loss: float | None = None
     metric: float | None = None
+    epsilon: float | None = None  # differential privacy spent by the site so far (None: DP off)
     done_mode: str | None = None
     left_reason: str = ""
 

@@ -86,6 +86,7 @@ def join(state: State, tx: Tx) -> State:
     if not node.online:
         raise RejectError(f"node {tx.sender!r} is offline; it must register again (node.register) first")
     params = Params(**tx.body["params"])
+    _same_secure_aggregation(contract, tx.sender, params)
     layout = tx.body.get("layout")
     if layout is not None and contract.layout is not None and layout != contract.layout:
         raise RejectError(
@@ -103,6 +104,7 @@ def join(state: State, tx: Tx) -> State:
         total_epochs=params.total_epochs if old is None else old.total_epochs,
         loss=None if old is None else old.loss,
         metric=None if old is None else old.metric,
+        epsilon=None if old is None else old.epsilon,
     )
     contract = replace(
         contract,
@@ -116,6 +118,19 @@ def join(state: State, tx: Tx) -> State:
         first = Round(number=_next_number(book), status="OPEN", opened_at=tx.time)
         state = replace(state, rounds=put(state.rounds, contract.name, replace(book, open=first)))
     return refresh_open_round(state, contract.name, tx.time)
+
+
+def _same_secure_aggregation(contract: Contract, uid: str, params: Params) -> None:
+    """Every member of a contract merges the same way: all with secure aggregation or none."""
+    others = {
+        m.params.secure_aggregation for u, m in contract.members.items() if u != uid and m.status != "left"
+    }
+    if others and params.secure_aggregation not in others:
+        theirs, mine = ("without", "with") if params.secure_aggregation else ("with", "without")
+        raise RejectError(
+            f"contract {contract.name!r} trains {theirs} secure aggregation; {uid!r} asked to train {mine}: "
+            "every site must set the same secureAggregation"
+        )
 
 
 def layout_difference(expected: Layout, got: Layout) -> str:
@@ -139,14 +154,17 @@ def _next_number(book: Rounds) -> int:
 
 
 def progress(state: State, tx: Tx) -> State:
-    """``contract.progress``: the member's PERFDATA (epochs, loss, metric)."""
+    """``contract.progress``: the member's PERFDATA (epochs, loss, metric, and epsilon under DP)."""
     contract = _contract(state, tx.body["contract"])
+    old = _member(contract, tx.sender)
+    epsilon = tx.body.get("epsilon")
     member = replace(
-        _member(contract, tx.sender),
+        old,
         epochs_done=tx.body["epochs_done"],
         total_epochs=tx.body["total_epochs"],
         loss=tx.body["loss"],
         metric=tx.body["metric"],
+        epsilon=old.epsilon if epsilon is None else epsilon,
         updated_at=tx.time,
     )
     return _with_contract(state, replace(contract, members=put(contract.members, tx.sender, member)))

@@ -108,6 +108,7 @@ _PARAM_FIELDS: Mapping[str, f.Field] = {
     "admin": f.Field(f.boolean, True),
     "quorum_wait": f.Field(f.number(0.0), 30.0),
     "leader_timeout": f.Field(f.number(0.001), 600.0),
+    "secure_aggregation": f.Field(f.boolean, False),
 }
 
 _CONTRACT = {"contract": f.Field(f.name)}
@@ -150,6 +151,7 @@ KINDS: Mapping[str, KindSpec] = {
             "total_epochs": f.Field(f.integer(0)),
             "loss": f.Field(f.optional(f.number(float("-inf"), finite=False)), None),
             "metric": f.Field(f.optional(f.number(float("-inf"), finite=False)), None),
+            "epsilon": f.Field(f.optional(f.number(0.0)), None),  # differential privacy spent so far
         },
     ),
     "contract.done": KindSpec(

@@ -130,7 +130,7 @@ def contract_status(state: State, name: str) -> View:
 
 
 def _perf_row(member: Member) -> View:
-    return {
+    row: View = {
         "uid": member.uid,
         "admin": member.params.admin,
         "status": member.status,
@@ -141,6 +141,9 @@ def _perf_row(member: Member) -> View:
         "joined_at": member.joined_at,
         "updated_at": member.updated_at,
     }
+    if member.epsilon is not None:  # the site trains under differential privacy
+        row["epsilon"] = member.epsilon
+    return row
 
 
 def perfdata(state: State, name: str) -> list[View]:

@@ -92,8 +92,19 @@ def contract_status_table(view: View) -> Table:
 
 def perfdata_table(name: str, views: Sequence[View]) -> Table:
     """PERFDATA: one row per SL."""
-    keys = ("uid", "admin", "status", "loss", "metric", "total_epochs", "completed_epochs", "updated_at")
-    columns = ("UID", "SL ADMIN", "Status", "Loss", "Metric", "Total epochs", "Completed epochs", "Updated")
+    keys: tuple[str, ...] = ("uid", "admin", "status", "loss", "metric", "total_epochs", "completed_epochs")
+    columns: tuple[str, ...] = (
+        "UID",
+        "SL ADMIN",
+        "Status",
+        "Loss",
+        "Metric",
+        "Total epochs",
+        "Completed epochs",
+    )
+    if any(v.get("epsilon") is not None for v in views):  # differential privacy: epsilon spent so far
+        keys, columns = (*keys, "epsilon"), (*columns, "Epsilon")
+    keys, columns = (*keys, "updated_at"), (*columns, "Updated")
     return Table.of(f"Performance data of {name}", columns, _rows(views, keys))
 
 

@@ -241,6 +241,27 @@ def test_progress_is_perfdata() -> None:
     assert "not a member" in sim.no("contract.progress", "sl9", body)
 
 
+def test_progress_carries_epsilon_under_differential_privacy() -> None:
+    sim = Sim()
+    sim.members("sl1", admin=False)
+    body = {"contract": C, "epochs_done": 1, "total_epochs": 5, "loss": 0.5, "metric": None}
+    sim.ok("contract.progress", "sl1", {**body, "epsilon": 1.25})
+    assert views.perfdata(sim.state, C)[0]["epsilon"] == 1.25
+    sim.ok("contract.progress", "sl1", body)  # a report without epsilon keeps the last one
+    assert views.perfdata(sim.state, C)[0]["epsilon"] == 1.25
+    assert "epsilon" in sim.no("contract.progress", "sl1", {**body, "epsilon": -1.0})
+
+
+def test_every_member_of_a_contract_sets_the_same_secure_aggregation() -> None:
+    sim = Sim()
+    sim.members("sl1", "sl2", secure_aggregation=True)
+    sim.register("sl3")
+    body = {"contract": C, "params": {"min_peers": 2, "quorum_wait": 10.0, "leader_timeout": 60.0}}
+    reason = sim.no("contract.join", "sl3", body)
+    assert "trains with secure aggregation; 'sl3' asked to train without" in reason
+    assert sim.state.contracts[C].members["sl1"].params.secure_aggregation is True
+
+
 def test_reset_refused_while_an_active_member_is_online() -> None:
     sim = Sim()
     sim.members("sl1", "sl2")

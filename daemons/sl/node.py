@@ -30,6 +30,7 @@ from daemons.revocations import follow_revocations
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
+from daemons.sl.secure_round import SECAGG_METHOD, SecureRounds, ledger_lookup
 from daemons.sl.session import MLSession, SessionSettings
 from wire import CodecError
 
@@ -63,6 +64,7 @@ class SLNode:
         self.ml = MLProcess(options.ml)
         self.session: MLSession | None = None
         self.holder: StateHolder | None = None
+        self.secure: SecureRounds | None = None
         self._stop = asyncio.Event()
 
     def _bus(self) -> Bus:
@@ -88,6 +90,7 @@ class SLNode:
                 attachment = Attachment(ledger, self._registration(bus))
                 await attachment.attach(strict=True)
                 self.holder = StateHolder(bus)
+                self.secure = SecureRounds(bus, self.holder, ledger_lookup(ledger))
                 bus.serve(self._rpc)
                 self.session = MLSession(
                     ledger, self._engine_factory(bus, ledger), self.options.settings, attachment
@@ -114,15 +117,25 @@ class SLNode:
         }
 
     def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:
-        def make(contract: str, method: str, options: MergeOptions) -> RoundEngine:
+        def make(contract: str, method: str, options: MergeOptions, *, secure: bool = False) -> RoundEngine:
             assert self.holder is not None  # noqa: S101 - created before the session
-            return RoundEngine(bus, ledger, self.holder, contract, merge_method=method, merge_options=options)
+            return RoundEngine(
+                bus,
+                ledger,
+                self.holder,
+                contract,
+                merge_method=method,
+                merge_options=options,
+                secure=self.secure if secure else None,
+            )
 
         return make
 
     async def _rpc(self, request: Request) -> Any:
         if request.method == FETCH_METHOD and self.holder is not None:
             return await self.holder.handle_fetch(request)
+        if request.method == SECAGG_METHOD and self.secure is not None:
+            return await self.secure.handle(request)
         raise RpcError("unknown-method", f"the SL has no method {request.method!r}")
 
     async def _run_ml(self, sock: Path, ledger: LedgerClient) -> int:

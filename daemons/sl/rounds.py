@@ -22,7 +22,9 @@ from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
-from wire.tensors import FlatState, TensorSpec
+from daemons.sl.secure_round import SecureRounds, round_info
+from daemons.sl.secure_round import lead as lead_secure
+from wire.tensors import FlatState, TensorSpec, make_manifest
 
 __all__ = ["RoundEngine", "RoundResult"]
 
@@ -77,6 +79,7 @@ class RoundEngine:
         merge_method: str = "mean",
         merge_options: MergeOptions | None = None,
         fetch_timeout: float = 10.0,
+        secure: SecureRounds | None = None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
@@ -85,6 +88,7 @@ class RoundEngine:
         self.merge_method = merge_method
         self.merge_options = merge_options or MergeOptions()
         self.fetch_timeout = fetch_timeout
+        self.secure = secure  # secure aggregation: own models are offered masked, never served
         self.latest: RoundResult | None = None
         self.rounds_led = 0
         self.rounds_done = 0
@@ -163,7 +167,10 @@ class RoundEngine:
     async def _take_part(
         self, flat: FlatState, *, samples: int, weight: float, init: bool, keep_own: bool = False
     ) -> RoundResult:
-        manifest = await self.holder.add(flat)
+        if self.secure is not None:  # the digest only: the model itself leaves masked (secure_round.py)
+            manifest = await asyncio.to_thread(make_manifest, flat, "held")
+        else:
+            manifest = await self.holder.add(flat)
         digest = manifest.digest.hex()
         body = {
             "contract": self.contract,
@@ -175,6 +182,8 @@ class RoundEngine:
         async with self.ledger.watch("round", self.contract) as watch:
             receipt = await self.ledger.submit("round.checkin", body)
             number = int(receipt["round"])
+            if self.secure is not None:
+                self.secure.offer(self.contract, number, flat)
             log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
             view = await self.ledger.query("contract.rounds", name=self.contract)
             leading: asyncio.Task[None] | None = None
@@ -279,6 +288,11 @@ class RoundEngine:
             await asyncio.sleep(delay)
         if rnd.get("init") or all(checkins[uid].get("init") for uid in participants):
             merged, contributors = own, [self.uid]
+        elif self.secure is not None and participants != [self.uid]:
+            info = round_info(self.contract, number, rnd)
+            merged, contributors = await lead_secure(
+                self.bus, self.secure, info, own, timeout=self.fetch_timeout
+            )
         else:
             merged, contributors = await self._merge_round(participants, checkins, own)
         manifest = await self.holder.add(merged)

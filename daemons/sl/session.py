@@ -18,6 +18,7 @@ from daemons.attachment import Attachment
 from daemons.bus import BusError
 from daemons.ledger_client import LedgerClient, Rejected
 from daemons.sl.merge import MERGE_METHODS, MergeOptions
+from daemons.sl.privacy.dp import DPError, DPSettings, SitePrivacy
 from daemons.sl.rounds import RoundEngine, RoundResult
 from wire import CodecError
 from wire.frames import layout_from_wire
@@ -73,6 +74,7 @@ class MLSession:
         self.params: dict[str, Any] = {}
         self.final: RoundResult | None = None
         self.ended = False
+        self.privacy: SitePrivacy | None = None  # differential privacy of this site's updates, when asked
 
     @property
     def contract(self) -> str:
@@ -134,7 +136,7 @@ class MLSession:
             return _error(f"unknown request {op!r}")
         except (Rejected, BusError):
             raise
-        except (CodecError, ValueError) as exc:
+        except (CodecError, ValueError) as exc:  # DPError included
             log.error("%s failed: %s", op, exc)
             return _error(f"{op} failed: {exc}")
         except Exception as exc:
@@ -148,6 +150,14 @@ class MLSession:
         method = str(params.get("merge_method", "mean")).lower()
         if method not in MERGE_METHODS:
             return _error(f"mergeMethod {method!r} is not one of {', '.join(MERGE_METHODS)}")
+        try:
+            dp = DPSettings.from_params(params)
+        except DPError as exc:
+            return _error(str(exc))
+        self.privacy = SitePrivacy(dp) if dp is not None else None
+        secure = params.get("secure_aggregation") is True
+        if secure and method != "mean":
+            return _error(f"secureAggregation works only with mergeMethod 'mean', not {method!r}")
         self.params = params
         join = {
             "sync_frequency": int(params.get("sync_frequency") or 1),
@@ -158,6 +168,7 @@ class MLSession:
             "admin": self.settings.admin,
             "quorum_wait": self.settings.quorum_wait,
             "leader_timeout": self.settings.leader_timeout,
+            "secure_aggregation": secure,
         }
         body: dict[str, Any] = {"contract": self.contract, "params": join}
         if isinstance(header.get("layout"), list):
@@ -165,7 +176,7 @@ class MLSession:
         await self.ledger.submit("contract.join", body)
         if self.attachment is not None:
             self.attachment.remember("contract.join", body)
-        self.engine = self._engine_factory(self.contract, method, MergeOptions())
+        self.engine = self._engine_factory(self.contract, method, MergeOptions(), secure=secure)
         log.info(
             "ML program (pid %s, %s) joined contract %s",
             header.get("pid"),
@@ -182,6 +193,11 @@ class MLSession:
     async def _exchange(self, op: str, header: dict[str, Any], flat: FlatState) -> Reply:
         assert self.engine is not None  # noqa: S101 - checked by handle
         samples, weight = self._weight(header)
+        if self.privacy is not None and op != "begin":
+            # DP: the trained model leaves the ML process only clipped and noised (begin's is untrained)
+            flat = (await asyncio.to_thread(self.privacy.release, flat)).flat
+            if op == "end":
+                await self._progress(header)  # the epsilon of the last release, while still active
         if op == "begin":
             result = await self.engine.begin(flat, samples=samples, weight=weight)
         elif op == "sync" and self.rejoined:
@@ -196,6 +212,8 @@ class MLSession:
             mode = str(header.get("mode") or "snapshot")
             result = await self.engine.finish(flat, mode=mode, samples=samples, weight=weight)
             self.final, self.ended = result, True
+        if self.privacy is not None:
+            self.privacy.loaded(result.flat)
         reply = {
             "op": "ok",
             "digest": result.digest,
@@ -218,6 +236,8 @@ class MLSession:
             "loss": _number(header.get("loss")),
             "metric": _number(header.get("metric")),
         }
+        if self.privacy is not None:
+            body["epsilon"] = self.privacy.epsilon
         await self.ledger.submit("contract.progress", body)
 
 

@@ -12,10 +12,11 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from swarmlearning.client.link import LinkError, SLLink
+from swarmlearning.client.privacy import DP_OPTIONS, SECURE_OPTION, privacy_params, secure_params
 from wire.frames import layout_from_wire, layout_to_wire
 from wire.tensors import FlatState
 
@@ -82,6 +83,7 @@ class SwarmParams:
     checkin_mode: str
     total_epochs: int
     sample_count: int | None
+    privacy: dict[str, Any] = field(default_factory=dict)  # dp* and secureAggregation (client/privacy.py)
 
     def wire(self) -> dict[str, Any]:
         """What the SL needs to know of them."""
@@ -94,6 +96,7 @@ class SwarmParams:
             "checkin_mode": self.checkin_mode,
             "total_epochs": self.total_epochs,
             "sample_count": self.sample_count,
+            **self.privacy,
         }
 
 
@@ -134,6 +137,7 @@ def parse_params(
         checkin_mode=mode.lower(),
         total_epochs=total,
         sample_count=None if samples is None else _require_int("sampleCount", samples, 1),
+        privacy={**privacy_params(kwargs, SwarmError), **secure_params(kwargs, merge.lower(), SwarmError)},
     )
 
 
@@ -152,6 +156,7 @@ _KNOWN = {
     "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "checkinModelOnTrainEnd",
     "nodeWeightage", "mergeMethod", "totalEpochs", "logger", "model", "lossFunction", "lossFunctionArgs",
     "metricFunction", "metricFunctionArgs", "ml_platform", "sampleCount", "hfMode",
+    *DP_OPTIONS, SECURE_OPTION,
 }  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """A tiny real training program for end-to-end tests: a 2-layer net on synthetic data, with SwarmCallback.
 
 Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, MERGE, SCRATCH_DIR,
-FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model).
+FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model),
+DP_NOISE and DP_CLIP (differential privacy: dpNoiseMultiplier, dpClipNorm), SECURE=1 (secureAggregation).
 Under torchrun (RANK set; ``swarm sl --ml-nproc 2``) it trains with DistributedDataParallel on the gloo
 backend, each rank on its half of every batch; rank 0 alone talks to the SL.
 """
@@ -33,6 +34,7 @@ val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[:64], labe
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 loss_fn = torch.nn.CrossEntropyLoss()
 epochs, batches = int(env("EPOCHS", "2")), int(env("BATCHES", "8"))
+dp = {"dpNoiseMultiplier": float(env("DP_NOISE", "0")), "dpClipNorm": float(env("DP_CLIP", "1"))}
 callback = SwarmCallback(
     int(env("SYNC_FREQ", "4")),
     int(env("MIN_PEERS", "2")),
@@ -42,6 +44,8 @@ callback = SwarmCallback(
     totalEpochs=epochs,
     adsValData=val,
     lossFunction="CrossEntropyLoss",
+    **(dp if env("DP_NOISE") else {}),
+    **({"secureAggregation": True} if env("SECURE") else {}),
 )
 callback.on_train_begin()
 fail_at = int(env("FAIL_AT_BATCH", "-1"))
