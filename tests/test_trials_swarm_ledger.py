@@ -3,11 +3,14 @@ training contract of its own, joined by every SWOP, completed by all their resul
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from contracts import views
 from contracts.machine import receipt
 from contracts.trials import mean_metrics
+from swci.trial_plots import write_plots
+from swci.trials import trials_summary, trials_table
 from tests.test_ledger_machine import TR, Sim, _assign, _swops, _task
 
 GRID = [{"LR": 0.05}, {"LR": 0.1}]
@@ -91,6 +94,27 @@ def test_the_trial_completes_when_every_swop_reported_with_the_mean_over_nodes()
     assert sim.state.taskrunners[TR].state == "COMPLETE"
     best = views.query(sim.state, "study.best", {"name": "grid"})
     assert best["best"]["index"] == 0 and best["best"]["contract"] == "grid.trial0.a1"
+
+
+def test_list_and_plot_trials_read_a_swarm_mode_study_as_a_local_one(tmp_path: Path) -> None:
+    sim = Sim()
+    _study(sim)
+    for _ in GRID:
+        claimed = _claim(sim, "swop1")
+        _claim(sim, "swop2")
+        _train(sim, claimed, *SWOPS)
+        _result(sim, "swop1", claimed, probabilities=[[0.25, 0.75]], probes=[[0.0, 1.0]])
+        _result(sim, "swop2", claimed)
+    view = views.query(sim.state, "study", {"name": "grid"})
+    assert (
+        trials_summary(view) == "Trials of grid (GRID, finished): 2 completed, 0 running, 0 pending, 0 failed"
+    )
+    table = trials_table(view)
+    assert table.columns == ("Trial", "LR", "Status", "Attempts", "SWOP", "Slot", "val_error")
+    assert table.rows[0] == ("0*", "0.05", "COMPLETED", 1, "swop1", "swarm", "0.3")
+    detail = views.query(sim.state, "study", {"name": "grid", "detail": True})
+    written = write_plots(detail, tmp_path)
+    assert [p.name for p in written] == ["grid-val_error-by-parameter.png", "grid-prediction-certainty.png"]
 
 
 def test_a_failed_node_fails_the_attempt_which_is_retried_in_a_fresh_contract() -> None:

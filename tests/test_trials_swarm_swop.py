@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 PROGRAM = Path(__file__).parent / "programs" / "swarm_trial_program.py"
 
 
-def write_swarm_trials_task(work: Path) -> Path:
+def write_swarm_trials_task(work: Path, envvars: str = "") -> Path:
     """A SWARM-mode RUN_TRIALS task of the tiny torch trial program over a 2-point grid of LR."""
     model = work / "model"
     model.mkdir(parents=True, exist_ok=True)
@@ -33,7 +33,7 @@ Body:
     Command: model/{PROGRAM.name}
     Entrypoint: python3
     WorkingDir: /tmp/strial
-    Envvars: [MIN_PEERS: 2, EPOCHS: 1, BATCHES: 4]
+    Envvars: [MIN_PEERS: 2, EPOCHS: 1, BATCHES: 4{envvars}]
     PrivateContent: /tmp/strial/data
     SharedContent:
     -   Src: {model}

@@ -3,6 +3,7 @@ own training contract, reporting its validation error with ``swarmlearning.trial
 
 Parameters (environment): LR, HIDDEN (width), MIN_PEERS, EPOCHS, BATCHES. Each node's data is drawn
 from the host path of its private data directory (``data`` in its working directory), so nodes differ.
+``FAIL_FIRST_UNDER``: the first attempt of trial 0 exits 3 on a node whose data path contains it.
 """
 
 import hashlib
@@ -16,7 +17,13 @@ from swarmlearning.trial import report_trial, trial_contract
 
 torch.set_num_threads(1)
 env = os.environ.get
-seed = int(hashlib.sha256(str(Path("data").resolve()).encode()).hexdigest()[:8], 16)
+data_path = str(Path("data").resolve())
+fail_under = env("FAIL_FIRST_UNDER")
+first = env("SWARM_TRIAL_INDEX") == "0" and env("SWARM_TRIAL_ATTEMPT") == "1"
+if fail_under and fail_under in data_path and first:
+    print("failing the first attempt on purpose", flush=True)
+    raise SystemExit(3)
+seed = int(hashlib.sha256(data_path.encode()).hexdigest()[:8], 16)
 torch.manual_seed(0)  # the same initial model on every node
 hidden = int(env("HIDDEN", "8"))
 model = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2))
