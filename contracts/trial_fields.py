@@ -17,12 +17,14 @@ __all__ = [
     "RESULT",
     "Scalar",
     "metrics",
+    "node_metrics",
     "params",
 ]
 
 MAX_PLAN = 10_000
 MAX_PARAMS = 64
 MAX_METRICS = 32
+MAX_NODES = 64
 MAX_PROBE_ROWS = 16
 MAX_PROBE_COLS = 1024
 _PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -91,6 +93,19 @@ def metrics(value: Any) -> dict[str, float]:
     return out
 
 
+def node_metrics(value: Any) -> dict[str, dict[str, float]]:
+    """What each SL node of a ``SWARM``-mode trial reported: node uid -> metrics (at most 64 nodes)."""
+    if not isinstance(value, dict) or len(value) > MAX_NODES:
+        raise f.BadValue(f"must be a map of at most {MAX_NODES} node names to metrics, {_got(value)}")
+    out: dict[str, dict[str, float]] = {}
+    for uid, item in value.items():
+        try:
+            out[f.name(uid)] = metrics(item)
+        except f.BadValue as exc:
+            raise f.BadValue(f"node {uid!r}: {exc}") from None
+    return out
+
+
 def _matrix(value: Any, what: str) -> tuple[tuple[float, ...], ...]:
     if not isinstance(value, list) or len(value) > MAX_PROBE_ROWS:
         raise f.BadValue(f"must be a list of at most {MAX_PROBE_ROWS} rows ({what}), {_got(value)}")
@@ -136,6 +151,7 @@ RESULT: Mapping[str, f.Field] = {
     "attempt": f.Field(f.integer(1, 100)),
     "status": f.Field(f.one_of("COMPLETED", "FAILED")),
     "metrics": f.Field(metrics, {}),
+    "nodes": f.Field(node_metrics, {}),
     "probabilities": f.Field(probabilities, ()),
     "probes": f.Field(probes, ()),
     "exit_code": f.Field(f.optional(f.integer(-(2**31), 2**31)), None),

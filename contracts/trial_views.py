@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.state import State
-from contracts.trial_state import Study, Trial
+from contracts.trial_state import Attempt, Study, Trial
 from contracts.trials import best_trial
 
 __all__ = ["StudyNotFound", "list_studies", "study_best", "study_brief", "study_view"]
@@ -65,19 +65,40 @@ def _trial_view(trial: Trial, detail: bool) -> View:
         "last_error": failed[-1].description if failed else "",
         "last_exit_code": failed[-1].exit_code if failed else None,
     }
+    if last is not None and last.contract:
+        view["contract"] = last.contract
     if detail:
         view["probabilities"] = [list(row) for row in trial.probabilities]
-        view["history"] = [
+        view["history"] = [_attempt_view(a) for a in trial.attempts]
+        if trial.node_metrics:
+            view["nodes"] = {uid: dict(m) for uid, m in trial.node_metrics.items()}
+    return view
+
+
+def _attempt_view(attempt: Attempt) -> View:
+    view: View = {
+        "swop": attempt.swop,
+        "slot": attempt.slot,
+        "status": attempt.status,
+        "started_at": attempt.started_at,
+        "ended_at": attempt.ended_at,
+        "exit_code": attempt.exit_code,
+        "description": attempt.description,
+    }
+    if attempt.contract:
+        view["contract"] = attempt.contract
+        view["swops"] = list(attempt.swops)
+        view["parts"] = [
             {
-                "swop": a.swop,
-                "slot": a.slot,
-                "status": a.status,
-                "started_at": a.started_at,
-                "ended_at": a.ended_at,
-                "exit_code": a.exit_code,
-                "description": a.description,
+                "swop": p.swop,
+                "status": p.status,
+                "joined_at": p.joined_at,
+                "ended_at": p.ended_at,
+                "exit_code": p.exit_code,
+                "description": p.description,
+                "nodes": {uid: dict(m) for uid, m in p.nodes.items()},
             }
-            for a in trial.attempts
+            for p in attempt.parts
         ]
     return view
 

@@ -3,6 +3,8 @@
 ``trial_params()`` gives the trial's parameters (each is also an environment variable of its name);
 ``report_trial({"val_error": 0.03}, probabilities=...)`` writes the results the SWOP records in the
 ledger. Outside a trial, ``report_trial`` only prints them, so the same program runs on its own.
+In a ``Mode: SWARM`` trial, ``trial_contract()`` names the training contract the nodes of that trial
+train under: pass it to ``SwarmCallback(..., trainingContract=trial_contract())``.
 """
 
 from __future__ import annotations
@@ -14,13 +16,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["report_trial", "trial_params"]
+__all__ = ["DEFAULT_CONTRACT", "report_trial", "trial_contract", "trial_params"]
+
+DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
 
 
 def trial_params() -> dict[str, Any]:
     """The parameters of this trial (empty outside a trial)."""
     raw = os.environ.get("SWARM_TRIAL_PARAMS")
     return dict(json.loads(raw)) if raw else {}
+
+
+def trial_contract(default: str = DEFAULT_CONTRACT) -> str:
+    """The training contract of this ``Mode: SWARM`` trial (``default`` outside one)."""
+    return os.environ.get("SWARM_TRIAL_CONTRACT") or default
 
 
 def _rows(values: Sequence[Sequence[float]] | None) -> list[list[float]]:

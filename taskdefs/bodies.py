@@ -85,13 +85,16 @@ class RunTrialsBody(RunSwarmBody):
     """``RUN_TRIALS``: run ``Entrypoint Command`` once per trial of ``Search``.
 
     ``Mode: LOCAL`` (the default) runs each trial as one process on one slot of a SWOP host (a GPU, or
-    a CPU slot where there is none). A trial reports its metrics with
+    a CPU slot where there is none). ``Mode: SWARM`` runs each trial as one whole swarm run, one trial
+    after the other: every SWOP of the assignment starts its SL nodes (as ``RUN_SWARM`` does) in a
+    training contract of the trial's own (``swarmlearning.trial.trial_contract()``), and the trial's
+    metrics are the mean over the nodes. A trial reports its metrics with
     ``swarmlearning.trial.report_trial``; ``Metric`` names the one that ranks trials and ``Goal`` says
     whether lower (``MINIMIZE``) or higher is better. A trial whose process dies is run again up to
     ``Retries`` times.
     """
 
-    mode: Literal["LOCAL"] = Field(default="LOCAL", alias="Mode")
+    mode: Literal["LOCAL", "SWARM"] = Field(default="LOCAL", alias="Mode")
     search: SearchSpace = Field(alias="Search")
     metric: TrialName = Field(alias="Metric")
     goal: Literal["MINIMIZE", "MAXIMIZE"] = Field(default="MINIMIZE", alias="Goal")

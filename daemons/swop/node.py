@@ -2,7 +2,9 @@
 
 It watches the taskrunner in the ledger. A new assignment that allocates work to this SWOP starts it:
 RUN_SWARM spawns one SL per allocated ``slnodedef``; RUN_TRIALS runs trials on this host's slots
-(``daemons/swop/trials.py``); other task types run here and report as the SWOP.
+(``daemons/swop/trials.py``) or, with ``Mode: SWARM``, takes part in one whole swarm run per trial with
+every SL node of its profile (``daemons/swop/swarm_trials.py``); other task types run here and report
+as the SWOP.
 Every peer's status goes to the ledger (RUNNING, COMPLETED, FAILED with exit code and last log lines).
 Each SL's start, exit and completion is logged at INFO. ``RESET TASKRUNNER`` stops what still runs
 (an SL stopped so is logged as stopped, not failed), keeps the SLs' logs in ``<work-dir>/logs/<task>/``
@@ -34,8 +36,9 @@ from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.slpeers import SLPeer, peer_spec
+from daemons.swop.swarm_trials import SwarmTrialRunner, SwarmTrialSetup
 from daemons.swop.trials import TrialRunner, TrialSetup, trial_slots
-from taskdefs import RunSwarmBody, RunTrialsBody, SwopProfile, TaskDefError, parse_task_body
+from taskdefs import RunSwarmBody, RunTrialsBody, SlNodeDef, SwopProfile, TaskDefError, parse_task_body
 
 __all__ = ["SwopNode", "SwopOptions"]
 
@@ -77,7 +80,7 @@ class SwopNode:
         self.options = options
         self.peers: dict[str, SLPeer] = {}
         self.statuses: dict[str, str] = {}
-        self.trials: dict[str, TrialRunner] = {}
+        self.trials: dict[str, TrialRunner | SwarmTrialRunner] = {}
         self._current: tuple[str, float, int] | None = None
         self._stop = asyncio.Event()
         self.ledger: LedgerClient | None = None
@@ -243,14 +246,18 @@ class SwopNode:
             run_root=opts.work_dir / "runs" / assignment.task,
             volumes=opts.work_dir / "volumes",
         )
-        slots = trial_slots(opts.cpu_slots)
-        runner = TrialRunner(self.ledger, setup, slots)
+        runner: TrialRunner | SwarmTrialRunner
+        if body.mode == "SWARM":
+            runner = SwarmTrialRunner(self.ledger, self._swarm_trial_setup(setup, nodes))
+            where = f"{len(nodes)} SL node(s) per trial, one trial at a time"
+        else:
+            slots = trial_slots(opts.cpu_slots)
+            runner = TrialRunner(self.ledger, setup, slots)
+            where = f"{len(slots)} slot(s)"
         self.trials[assignment.task] = runner
         try:
             await runner.plan()
-            await self._report(
-                me, "SWOP", "RUNNING", f"trials of {assignment.task} on {len(slots)} slot(s)", None
-            )
+            await self._report(me, "SWOP", "RUNNING", f"trials of {assignment.task} on {where}", None)
             view = await runner.run()
         except (BusError, Rejected) as exc:
             await self._report(me, "SWOP", "FAILED", f"trials of {assignment.task}: {exc}", 1)
@@ -260,6 +267,19 @@ class SwopNode:
         counts = view.get("counts") or {}
         done = f"{runner.ran} trial run(s) here; study: {counts.get('COMPLETED', 0)} completed, "
         await self._report(me, "SWOP", "COMPLETED", done + f"{counts.get('FAILED', 0)} failed", 0)
+
+    def _swarm_trial_setup(self, setup: TrialSetup, nodes: list[SlNodeDef]) -> SwarmTrialSetup:
+        assert self.ledger is not None  # noqa: S101
+        bus = self.ledger.bus
+        return SwarmTrialSetup(
+            trials=setup,
+            profile=self.options.profile,
+            nodes=nodes,
+            swop_uid=bus.uid,
+            broker=bus.config.broker,
+            network=self.options.network,
+            sn_uid=self.ledger.sn,
+        )
 
     async def _python_for(self, info: dict[str, Any]) -> str:
         """The interpreter of the RUN_SWARM task's prerequisite environment, else this one."""

@@ -11,6 +11,7 @@ import asyncio
 import os
 import sys
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,8 +65,10 @@ def peer_spec(
     run_dir: Path,
     python: str,
     volumes: Path,
+    ml_env: Mapping[str, str] | None = None,
 ) -> PeerSpec:
-    """The ``swarm sl`` command line and environment for ``node`` running ``body``."""
+    """The ``swarm sl`` command line and environment for ``node`` running ``body``; ``ml_env`` (a
+    trial's parameters, say) goes into the ML program's environment last."""
     uid = sl_uid(node, swop_uid)
     argv = [
         sys.executable, "-m", "daemons.cli", "sl",
@@ -76,8 +79,8 @@ def peer_spec(
     ]  # fmt: skip
     for mount in node_mounts(node, body, volumes):
         argv += ["--ml-v", mount]
-    ml_env = merge_env(dict(body.envvars or []), node.usrenvvars)
-    for key, value in ml_env.items():
+    env_ml = {**merge_env(dict(body.envvars or []), node.usrenvvars), **(ml_env or {})}
+    for key, value in env_ml.items():
         argv += ["--ml-e", f"{key}={value}"]
     if node.gpus is not None:
         argv += ["--ml-gpus", str(node.gpus)]

@@ -32,7 +32,7 @@ from daemons.rundir import RunDir, build_run_dir, parse_mount
 from daemons.swop.slpeers import merge_env, node_mounts, volume_source
 from taskdefs import RunTrialsBody, SlNodeDef, expand_search
 
-__all__ = ["Slot", "TrialRunner", "TrialSetup", "trial_slots"]
+__all__ = ["Slot", "TrialRunner", "TrialSetup", "env_text", "plan_body", "read_result", "trial_slots"]
 
 log = logging.getLogger("swarm.swop.trials")
 
@@ -79,7 +79,7 @@ class TrialSetup:
     def env(self, params: dict[str, Any]) -> dict[str, str]:
         """Envvars, then the node's usrenvvars, then the trial's parameters."""
         env = merge_env(dict(self.body.envvars or []), self.node.usrenvvars if self.node else None)
-        return {**env, **{name: _env_text(value) for name, value in params.items()}}
+        return {**env, **{name: env_text(value) for name, value in params.items()}}
 
     def mounts(self) -> list[str]:
         """``--ml-v`` style mounts: the node's private data and the shared content."""
@@ -91,10 +91,26 @@ class TrialSetup:
         return node_mounts(self.node, self.body, self.volumes)
 
 
-def _env_text(value: Any) -> str:
+def env_text(value: Any) -> str:
+    """A parameter's value as an environment variable (``true``/``false`` for booleans)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def plan_body(setup: TrialSetup) -> dict[str, Any]:
+    """The ``trial.plan`` of an assignment: the expanded search and how trials are ranked."""
+    body = setup.body
+    return {
+        "task": setup.task,
+        "taskrunner": setup.taskrunner,
+        "kind": body.search.kind,
+        "mode": body.mode,
+        "metric": body.metric,
+        "goal": body.goal,
+        "retries": body.retries,
+        "trials": expand_search(body.search),
+    }
 
 
 @dataclass(frozen=True)
@@ -126,18 +142,7 @@ class TrialRunner:
 
     async def plan(self) -> None:
         """Record the trials on the ledger (every SWOP of the assignment sends the same plan)."""
-        body, setup = self.setup.body, self.setup
-        plan = {
-            "task": setup.task,
-            "taskrunner": setup.taskrunner,
-            "kind": body.search.kind,
-            "mode": body.mode,
-            "metric": body.metric,
-            "goal": body.goal,
-            "retries": body.retries,
-            "trials": expand_search(body.search),
-        }
-        await self.ledger.submit("trial.plan", plan)
+        await self.ledger.submit("trial.plan", plan_body(self.setup))
 
     async def run(self) -> dict[str, Any]:
         """Run trials until the study has finished; returns its last progress view."""
