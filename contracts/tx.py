@@ -91,7 +91,7 @@ def _params(value: Any) -> dict[str, Any]:
 
 
 def _trim_ratio(value: Any) -> float:
-    ratio = f.number(0.0)(value)
+    ratio = float(f.number(0.0)(value))
     if ratio >= 0.5:
         raise f.BadValue(f"must be below 0.5 (trimmedmean keeps the middle rows), got {ratio}")
     return ratio

@@ -92,8 +92,12 @@ def contract_status_table(view: View) -> Table:
 
 def perfdata_table(name: str, views: Sequence[View]) -> Table:
     """PERFDATA: one row per SL."""
-    keys = ("uid", "admin", "status", "loss", "metric", "total_epochs", "completed_epochs", "updated_at")
-    columns = ("UID", "SL ADMIN", "Status", "Loss", "Metric", "Total epochs", "Completed epochs", "Updated")
+    keys: tuple[str, ...] = (
+        "uid", "admin", "status", "loss", "metric", "total_epochs", "completed_epochs", "updated_at",
+    )  # fmt: skip
+    columns: tuple[str, ...] = (
+        "UID", "SL ADMIN", "Status", "Loss", "Metric", "Total epochs", "Completed epochs", "Updated",
+    )  # fmt: skip
     if any(view.get("excluded") for view in views):  # rows a leader left out of a merge, and why
         keys, columns = (*keys, "excluded", "excluded_reason"), (*columns, "Excluded", "Last exclusion")
     return Table.of(f"Performance data of {name}", columns, _rows(views, keys))

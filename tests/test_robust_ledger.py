@@ -39,7 +39,8 @@ def test_trimmedmean_pins_its_trim_ratio_and_a_reset_unpins() -> None:
     body = {"contract": C, "params": {"merge_method": "trimmedmean", "trim_ratio": 0.1}}
     assert "trim_ratio=0.2, no norm bound (set by sl1" in sim.no("contract.join", "sl2", body)
     assert "below 0.5" in sim.no("contract.join", "sl2", {"contract": C, "params": {"trim_ratio": 0.5}})
-    assert "is not one of mean" in sim.no("contract.join", "sl2", {"contract": C, "params": {"merge_method": "x"}})
+    unknown = {"contract": C, "params": {"merge_method": "x"}}
+    assert "is not one of mean" in sim.no("contract.join", "sl2", unknown)
     sim.offline("sl1")
     sim.ok("contract.reset", "swci", {"name": C})
     sim.join("sl2", merge_method="mean")

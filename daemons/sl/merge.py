@@ -793,17 +793,20 @@ def _weiszfeld(gram: _Gram, weights: _Array, options: MergeOptions) -> _Array:
 
     The estimate y = sum_j a_j x_j starts at the weighted mean; distances come from the Gram
     matrix, so each iteration costs O(n^2) instead of a pass over the model. Distances are
-    floored at 1e-10 of the spread so that an estimate on a data point divides by no zero.
+    floored at 1e-10 of the median peer's distance to the centre (not of the mean spread, which
+    one huge row would inflate until it kept itself in the result) so that an estimate on a data
+    point divides by no zero.
     """
     a: _Array = weights / weights.sum()
-    spread = math.sqrt(max(float(np.trace(gram.g)) / len(a), 0.0))
-    if spread == 0.0:
+    if float(np.trace(gram.g)) <= 0.0:
         return a
+    radii = np.sqrt(np.maximum(np.diag(gram.g)[weights > 0], 0.0))
+    floor = max(1e-10 * float(np.median(radii)), 1e-30)
     eye = np.eye(len(a))
     for _ in range(options.geomedian_max_iter):
         diffs = eye - a  # row i: e_i - a, so x_i - y = sum_j diffs[i, j] x_j
         dist = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", diffs, gram.g, diffs), 0.0))
-        inverse = weights / np.maximum(dist, 1e-10 * spread)
+        inverse = weights / np.maximum(dist, floor)
         new = inverse / inverse.sum()
         step = math.sqrt(max(float((new - a) @ gram.g @ (new - a)), 0.0))
         a = new

@@ -114,9 +114,17 @@ class SLNode:
         }
 
     def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:
-        def make(contract: str, method: str, options: MergeOptions) -> RoundEngine:
+        def make(contract: str, method: str, options: MergeOptions, max_update_norm: float) -> RoundEngine:
             assert self.holder is not None  # noqa: S101 - created before the session
-            return RoundEngine(bus, ledger, self.holder, contract, merge_method=method, merge_options=options)
+            return RoundEngine(
+                bus,
+                ledger,
+                self.holder,
+                contract,
+                merge_method=method,
+                merge_options=options,
+                max_update_norm=max_update_norm,
+            )
 
         return make
 

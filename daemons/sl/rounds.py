@@ -22,6 +22,7 @@ from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
+from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
 from wire.tensors import FlatState, TensorSpec
 
 __all__ = ["RoundEngine", "RoundResult"]
@@ -39,6 +40,15 @@ class RoundResult:
     round: int | None
     final: bool = False
     merged: bool = True
+
+
+class _CannotMerge(Exception):
+    """Too few usable rows, or a merge that failed: the leader fails the round at once."""
+
+    def __init__(self, reason: str, excluded: Sequence[Exclusion]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.excluded = list(excluded)
 
 
 def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
@@ -76,6 +86,7 @@ class RoundEngine:
         *,
         merge_method: str = "mean",
         merge_options: MergeOptions | None = None,
+        max_update_norm: float = 0.0,
         fetch_timeout: float = 10.0,
     ) -> None:
         self.bus = bus
@@ -84,6 +95,7 @@ class RoundEngine:
         self.contract = contract
         self.merge_method = merge_method
         self.merge_options = merge_options or MergeOptions()
+        self.max_update_norm = max_update_norm
         self.fetch_timeout = fetch_timeout
         self.latest: RoundResult | None = None
         self.rounds_led = 0
@@ -263,11 +275,14 @@ class RoundEngine:
             raise
         except Rejected as exc:
             log.warning("round %s: the ledger refused our merge: %s", number, exc.reason)
-        except Exception:
-            log.exception("round %s: merging failed; the ledger will choose another leader", number)
+        except Exception as exc:
+            log.exception("round %s: leading failed", number)
+            with contextlib.suppress(Exception):  # at once, not at the deadline; else the deadline does
+                await self._fail(number, _CannotMerge(f"{type(exc).__name__}: {exc}", []))
 
     async def _lead(self, number: int, own: FlatState) -> None:
-        rnd = _find(await self.ledger.query("contract.rounds", name=self.contract), number)
+        view = await self.ledger.query("contract.rounds", name=self.contract)
+        rnd = _find(view, number)
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
             return  # replaced meanwhile
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
@@ -277,10 +292,18 @@ class RoundEngine:
         if delay > 0:  # fault injection for tests and demos of leader failure
             log.warning("SWARM_DEBUG_MERGE_DELAY: waiting %g s before merging", delay)
             await asyncio.sleep(delay)
+        excluded: list[Exclusion] = []
         if rnd.get("init") or all(checkins[uid].get("init") for uid in participants):
             merged, contributors = own, [self.uid]
         else:
-            merged, contributors = await self._merge_round(participants, checkins, own)
+            need = required_rows(
+                int((view.get("open") or {}).get("min_peers") or 1), final=bool(rnd.get("final"))
+            )
+            try:
+                merged, contributors, excluded = await self._merge_round(participants, checkins, own, need)
+            except _CannotMerge as exc:
+                await self._fail(number, exc)
+                return
         manifest = await self.holder.add(merged)
         await self.ledger.submit(
             "round.merged",
@@ -289,14 +312,31 @@ class RoundEngine:
                 "round": number,
                 "digest": manifest.digest.hex(),
                 "contributors": contributors,
+                "excluded": [e.wire() for e in excluded],
             },
         )
         self.rounds_led += 1
         log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
 
+    async def _fail(self, number: int, failure: _CannotMerge) -> None:
+        """Abandon round ``number`` at once, saying why, rather than let it wait out the deadline."""
+        log.warning("round %d: cannot merge: %s; abandoning it", number, failure.reason)
+        body = {
+            "contract": self.contract,
+            "round": number,
+            "reason": failure.reason[:500],
+            "excluded": [e.wire() for e in failure.excluded],
+        }
+        await self.ledger.submit("round.failed", body)
+
     async def _merge_round(
-        self, participants: list[str], checkins: dict[str, dict[str, Any]], own: FlatState
-    ) -> tuple[FlatState, list[str]]:
+        self, participants: list[str], checkins: dict[str, dict[str, Any]], own: FlatState, need: int
+    ) -> tuple[FlatState, list[str], list[Exclusion]]:
+        """Fetch every participant's row, leave out the unusable ones and merge the rest.
+
+        Raises:
+            _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
+        """
         rows = np.empty((len(participants), own.total), dtype=np.uint8)
         fetched = await asyncio.gather(
             *(
@@ -304,41 +344,56 @@ class RoundEngine:
                 for i, uid in enumerate(participants)
             )
         )
-        keep = [i for i, ok in enumerate(fetched) if ok]
-        contributors = [participants[i] for i in keep]
-        weights = [float(checkins[participants[i]].get("weight") or 0.0) for i in keep]
-        if sum(weights) <= 0:
-            weights = [1.0] * len(keep)
+        excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
+        arrived = [i for i, why in enumerate(fetched) if why is None]
         layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
+        base = self.latest.flat.buffer if self.latest and self.latest.flat.specs == own.specs else None
+        screened = await asyncio.to_thread(
+            screen,
+            [rows[i] for i in arrived],
+            [participants[i] for i in arrived],
+            layout,
+            base=base,
+            max_update_norm=self.max_update_norm,
+        )
+        excluded += screened.excluded
+        for exclusion in screened.excluded:
+            log.warning("leaving %s out of the merge: %s", exclusion.uid, exclusion.reason)
+        keep = [arrived[i] for i in screened.keep]
+        if len(keep) < need:
+            reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
+            raise _CannotMerge(reason, excluded)
+        weights = merge_weights(self.merge_method, [checkins[participants[i]].get("weight") for i in keep])
         matrix = rows[keep] if len(keep) < len(participants) else rows
         try:
             buffer = await asyncio.to_thread(
                 merge_flat, matrix, layout, weights, self.merge_method, options=self.merge_options
             )
         except MergeError as exc:
-            raise BusError(f"merge failed: {exc}") from None
-        return FlatState(own.specs, buffer), contributors
+            raise _CannotMerge(f"merge failed: {exc}", excluded) from None
+        return FlatState(own.specs, buffer), [participants[i] for i in keep], excluded
 
-    async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> bool:
-        """Put ``uid``'s checked-in weights in ``row``; False (and a log line) when they cannot be used."""
+    async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> str | None:
+        """Put ``uid``'s checked-in weights in ``row``; why not (and a log line) when they cannot be used."""
         if uid == self.uid:
             row[:] = own.buffer
-            return True
+            return None
         held = self.holder.get(bytes.fromhex(digest))
         if held is not None and held.specs == own.specs:  # a model we hold already (same digest)
             row[:] = held.buffer
-            return True
+            return None
         try:
             flat = await fetch_state(
                 self.bus, uid, bytes.fromhex(digest), spare=row, idle_timeout=self.fetch_timeout
             )
         except (TransferError, BusError) as exc:
             log.warning("leaving %s out of the merge: %s", uid, exc)
-            return False
+            return f"its model could not be fetched: {exc}"
         problem = layout_difference(own.specs, flat.specs)
         if problem is not None or flat.total != own.total:
-            log.warning("leaving %s out of the merge: its model differs: %s", uid, problem or "size differs")
-            return False
+            why = f"its model differs: {problem or 'size differs'}"
+            log.warning("leaving %s out of the merge: %s", uid, why)
+            return why
         if flat.buffer is not row:
             row[:] = flat.buffer
-        return True
+        return None
