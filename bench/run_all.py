@@ -31,6 +31,7 @@ RESULTS = ROOT / "bench" / "results"
 BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("bus", "bench.bus"),
     ("merge", "bench.merge"),
+    ("robust", "bench.robust"),
     ("ledger", "bench.ledger"),
     ("rounds", "bench.rounds"),
     ("swarm", "bench.swarm"),

@@ -105,3 +105,14 @@ def test_one_bad_peer_barely_moves_a_robust_merge(method: str, attack: str, peer
     merged = merge_flat(rows, layout, merge_weights(method, declared), method).view(np.float32)
     spread = max(float(np.abs(h - centre).max()) for h in honest[1:])
     assert float(np.abs(merged - centre).max()) <= 2 * spread, (method, attack)
+
+
+@pytest.mark.parametrize("method", ["coordmedian", "trimmedmean", "krum", "geomedian"])
+def test_a_poisoned_peer_costs_a_robust_merge_under_one_accuracy_point(method: str) -> None:
+    from bench.robust import simulate
+
+    clean = simulate(method, 5, None, rounds=4)["accuracy"]
+    for attack in ("1e30", "samples"):
+        poisoned = simulate(method, 5, attack, rounds=4)
+        assert poisoned["accuracy"] > clean - 1.0, (method, attack, poisoned, clean)
+    assert simulate(method, 5, "nan", rounds=4)["excluded"] == 4  # left out of every round
