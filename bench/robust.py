@@ -187,7 +187,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         rows.append(
             make_row(
                 f"{r['method']}, {r['peers']} peers, one sends {r['attack']}",
-                round(r["accuracy"], 2), "% accuracy", f"{r['method']} with no bad peer", round(r["clean"], 2),
+                round(r["accuracy"], 2), "% accuracy",
+                f"{r['method']} with no bad peer", round(r["clean"], 2),
                 target=f"ratio > {floor:.4f}" if robust else "",
                 note=note if robust else f"{note}; mean is not robust by design",
             )
