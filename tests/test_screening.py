@@ -116,3 +116,18 @@ def test_a_poisoned_peer_costs_a_robust_merge_under_one_accuracy_point(method: s
         poisoned = simulate(method, 5, attack, rounds=4)
         assert poisoned["accuracy"] > clean - 1.0, (method, attack, poisoned, clean)
     assert simulate(method, 5, "nan", rounds=4)["excluded"] == 4  # left out of every round
+
+
+def test_a_round_short_of_its_quorum_says_whom_it_waits_for() -> None:
+    from daemons.sl.rounds import waiting_for
+
+    view = {"round": 3, "min_peers": 3, "checkins": [{"uid": "sl-2"}], "expected": ["sl-1", "sl-2"]}
+    assert waiting_for(view, 3) == (
+        "round 3 waits for 3 peers (minPeers); 1 checked in (sl-2); waiting for sl-1 to check in"
+    )
+    alone = {**view, "expected": ["sl-2"]}
+    assert str(waiting_for(alone, 3)).endswith(
+        "no other member is online: start 2 more node(s) or lower minPeers"
+    )
+    assert waiting_for({**view, "min_peers": 1}, 3) is None
+    assert waiting_for(view, 4) is None and waiting_for(None, 3) is None

@@ -57,6 +57,22 @@ def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
     return next((r for r in candidates if r and r.get("round") == number), None)
 
 
+def waiting_for(open_round: dict[str, Any] | None, number: int) -> str | None:
+    """A line saying whom open round ``number`` waits for, when it is short of ``min_peers``."""
+    if not open_round or open_round.get("round") != number:
+        return None
+    need = int(open_round.get("min_peers") or 1)
+    checked = sorted(c["uid"] for c in open_round.get("checkins") or [])
+    if len(checked) >= need:
+        return None
+    missing = [uid for uid in open_round.get("expected") or [] if uid not in checked]
+    names = ", ".join(checked)
+    head = f"round {number} waits for {need} peers (minPeers); {len(checked)} checked in ({names})"
+    if missing:
+        return f"{head}; waiting for {', '.join(missing)} to check in"
+    return f"{head}; no other member is online: start {need - len(checked)} more node(s) or lower minPeers"
+
+
 def layout_difference(mine: Sequence[TensorSpec], theirs: Sequence[TensorSpec]) -> str | None:
     """None when two layouts agree, else which tensor differs and how."""
     a = {s.name: s for s in mine}
@@ -197,20 +213,25 @@ class RoundEngine:
                     if result is not None:
                         self.rounds_done += 1
                         return result
-                    view = await self._next_view(watch)
+                    view = await self._next_view(watch, number)
             finally:
                 if leading is not None and not leading.done():
                     leading.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await leading
 
-    async def _next_view(self, watch: Watch) -> dict[str, Any]:
+    async def _next_view(self, watch: Watch, number: int) -> dict[str, Any]:
         """The next rounds view: from an event, or read again after a quiet spell (an event can be
-        lost while the bus reconnects, since sessions are clean)."""
+        lost while the bus reconnects, since sessions are clean); a spell in a round short of its
+        quorum logs whom it waits for."""
         try:
             return dict((await watch.next(timeout=_REREAD_AFTER)).view)
         except TimeoutError:
-            return dict(await self.ledger.query("contract.rounds", name=self.contract))
+            view = dict(await self.ledger.query("contract.rounds", name=self.contract))
+        waiting = waiting_for(view.get("open"), number)
+        if waiting:
+            log.info("%s", waiting)
+        return view
 
     async def _step(
         self,
