@@ -131,3 +131,15 @@ def test_a_round_short_of_its_quorum_says_whom_it_waits_for() -> None:
     )
     assert waiting_for({**view, "min_peers": 1}, 3) is None
     assert waiting_for(view, 4) is None and waiting_for(None, 3) is None
+
+
+def test_only_the_rounds_leader_may_fetch_a_nodes_checked_in_weights() -> None:
+    from daemons.sl.rounds import fetch_refusal
+
+    rnd = {"round": 4, "leader": "sl-2", "status": "CLOSED"}
+    assert fetch_refusal(rnd, "sl-2", "sl-1", "c") is None
+    assert fetch_refusal(rnd, "swci-1", "sl-1", "c") == (
+        "'swci-1' may not fetch the weights 'sl-1' checked in to round 4 of 'c': only that round's leader "
+        "(sl-2) may"
+    )
+    assert "leader (none yet)" in str(fetch_refusal({"round": 5, "leader": None}, "sl-2", "sl-1", "c"))

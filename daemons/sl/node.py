@@ -130,6 +130,13 @@ class SLNode:
 
     async def _rpc(self, request: Request) -> Any:
         if request.method == FETCH_METHOD and self.holder is not None:
+            engine = self.session.engine if self.session is not None else None
+            digest = request.body.get("digest")
+            if engine is not None and isinstance(digest, bytes):
+                refused = await engine.may_fetch(digest, request.sender)
+                if refused is not None:
+                    log.warning("refused a fetch: %s", refused)
+                    raise RpcError("forbidden", refused)
             return await self.holder.handle_fetch(request)
         raise RpcError("unknown-method", f"the SL has no method {request.method!r}")
 

@@ -57,6 +57,18 @@ def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
     return next((r for r in candidates if r and r.get("round") == number), None)
 
 
+def fetch_refusal(rnd: dict[str, Any] | None, requester: str, uid: str, contract: str) -> str | None:
+    """Why ``requester`` may not fetch what ``uid`` checked in to round ``rnd``; None for its leader."""
+    leader = (rnd or {}).get("leader")
+    if leader is not None and leader == requester:
+        return None
+    number = (rnd or {}).get("round", "?")
+    return (
+        f"{requester!r} may not fetch the weights {uid!r} checked in to round {number} of {contract!r}: "
+        f"only that round's leader ({leader or 'none yet'}) may"
+    )
+
+
 def waiting_for(open_round: dict[str, Any] | None, number: int) -> str | None:
     """A line saying whom open round ``number`` waits for, when it is short of ``min_peers``."""
     if not open_round or open_round.get("round") != number:
@@ -114,6 +126,7 @@ class RoundEngine:
         self.max_update_norm = max_update_norm
         self.fetch_timeout = fetch_timeout
         self.latest: RoundResult | None = None
+        self.checked_in: dict[bytes, int] = {}  # digest of our pre-merge weights -> round number
         self.rounds_led = 0
         self.rounds_done = 0
 
@@ -193,6 +206,7 @@ class RoundEngine:
     ) -> RoundResult:
         manifest = await self.holder.add(flat)
         digest = manifest.digest.hex()
+        public = self.latest is not None and self.latest.digest == digest  # a merged model, resent
         body = {
             "contract": self.contract,
             "digest": digest,
@@ -203,6 +217,8 @@ class RoundEngine:
         async with self.ledger.watch("round", self.contract) as watch:
             receipt = await self.ledger.submit("round.checkin", body)
             number = int(receipt["round"])
+            held = {d: n for d, n in self.checked_in.items() if self.holder.get(d) is not None}
+            self.checked_in = {**held, manifest.digest: number} if not public else held
             log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
             view = await self.ledger.query("contract.rounds", name=self.contract)
             leading: asyncio.Task[None] | None = None
@@ -286,7 +302,27 @@ class RoundEngine:
             )
         result = RoundResult(flat, digest, number, final=final)
         self.latest = result
+        self.checked_in.pop(raw, None)  # a merged model is anyone's to fetch, even if it equals a row
         return result
+
+    async def may_fetch(self, digest: bytes, requester: str) -> str | None:
+        """Why ``requester`` may not fetch ``digest`` from us, or None when it may.
+
+        Our pre-merge weights go only to the leader of the round we checked them in to (read from the
+        ledger, so a replacement leader is let in); merged models go to anyone.
+        """
+        number = self.checked_in.get(digest)
+        if number is None or requester == self.uid:
+            return None
+        refusal = None
+        for attempt in range(2):  # our SN may not have seen the round close yet: read again once
+            if attempt:
+                await asyncio.sleep(0.5)
+            view = await self.ledger.query("contract.rounds", name=self.contract)
+            refusal = fetch_refusal(_find(view, number), requester, self.uid, self.contract)
+            if refusal is None:
+                return None
+        return refusal
 
     # -------------------------------------------------------------- leading
     async def _lead_safely(self, number: int, own: FlatState) -> None:
@@ -326,6 +362,7 @@ class RoundEngine:
                 await self._fail(number, exc)
                 return
         manifest = await self.holder.add(merged)
+        self.checked_in.pop(manifest.digest, None)  # what we merged is public, even if it equals a row
         await self.ledger.submit(
             "round.merged",
             {
