@@ -32,6 +32,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("bus", "bench.bus"),
     ("merge", "bench.merge"),
     ("secagg", "bench.secagg"),
+    ("robust", "bench.robust"),
     ("ledger", "bench.ledger"),
     ("rounds", "bench.rounds"),
     ("swarm", "bench.swarm"),

@@ -44,6 +44,7 @@ _HANDLERS: Mapping[str, Handler] = {
     "round.checkin": rounds.checkin,
     "round.close": rounds.close,
     "round.merged": rounds.merged,
+    "round.failed": rounds.failed,
     "round.leader_timeout": rounds.leader_timeout,
     "task.create": tasks.create,
     "task.append": tasks.append,

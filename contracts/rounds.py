@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from contracts.merge_policy import check_excluded, record_exclusions
 from contracts.state import ACTIVE, COMPLETE, Checkin, Contract, Member, ModelRef, Round, Rounds, State, put
 from contracts.tx import RejectError, Tx
 
@@ -21,6 +22,7 @@ __all__ = [
     "close",
     "close_due_at",
     "expected_members",
+    "failed",
     "is_online",
     "leader_order",
     "leader_timeout",
@@ -246,11 +248,19 @@ def merged(state: State, tx: Tx) -> State:
             f"contributors {', '.join(strangers)} did not take part in round {number} of {name!r} "
             f"(participants: {', '.join(rnd.participants)})"
         )
+    excluded = tx.body["excluded"]
+    check_excluded(rnd, name, tx.body["contributors"], excluded)
     digest = tx.body["digest"]
     done = replace(
-        rnd, status="MERGED", digest=digest, contributors=tx.body["contributors"], ended_at=tx.time
+        rnd,
+        status="MERGED",
+        digest=digest,
+        contributors=tx.body["contributors"],
+        ended_at=tx.time,
+        excluded=excluded,
     )
     book = _finish(book, done)
+    contract = record_exclusions(contract, number, excluded)
     latest = contract.latest_model
     if latest is None or number > latest.round:
         contract = replace(contract, latest_model=ModelRef(number, digest, tx.sender, tx.time))
@@ -259,6 +269,22 @@ def merged(state: State, tx: Tx) -> State:
         book = replace(book, open=None)
     state = replace(state, contracts=put(state.contracts, name, contract))
     return _with_book(state, name, book)
+
+
+def failed(state: State, tx: Tx) -> State:
+    """``round.failed``: the leader cannot merge (too few usable rows); the round is abandoned at once,
+    without waiting for its deadline, and the participants go on with their own models."""
+    name, number = tx.body["contract"], tx.body["round"]
+    contract, book, rnd = _pending(state, name, number)
+    if tx.sender != rnd.leader:
+        raise RejectError(f"only the leader of round {number} of {name!r} ({rnd.leader!r}) can fail it")
+    excluded = tx.body["excluded"]
+    check_excluded(rnd, name, (), excluded)
+    reason = f"leader {tx.sender!r} could not merge: {tx.body['reason']}"
+    done = replace(rnd, status="ABANDONED", ended_at=tx.time, reason=reason, excluded=excluded)
+    contract = record_exclusions(contract, number, excluded)
+    state = replace(state, contracts=put(state.contracts, name, contract))
+    return _with_book(state, name, _finish(book, done))
 
 
 def leader_timeout(state: State, tx: Tx) -> State:

@@ -27,6 +27,7 @@ __all__ = [
     "Contract",
     "Enrollment",
     "Member",
+    "MergePolicy",
     "ModelRef",
     "Node",
     "Params",
@@ -108,6 +109,22 @@ class Params:
     quorum_wait: float
     leader_timeout: float
     secure_aggregation: bool = False  # the mean merge by masked rows (docs/privacy.md)
+    trim_ratio: float = 0.1
+    max_update_norm: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MergePolicy:
+    """How a contract merges, pinned by its first join: the method and its options.
+
+    ``max_update_norm``: the largest L2 norm of a row's update (its distance to the previous merged
+    model) that a leader merges; 0 means no bound.
+    """
+
+    method: str
+    trim_ratio: float
+    max_update_norm: float
+    set_by: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +143,8 @@ class Member:
     epsilon: float | None = None  # differential privacy spent by the site so far (None: DP off)
     done_mode: str | None = None
     left_reason: str = ""
+    excluded: int = 0
+    excluded_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +171,9 @@ class Contract:
     completed_at: float | None = None
     resets: int = 0
     layout: tuple[tuple[str, str, tuple[int, ...]], ...] | None = None
+    merge: MergePolicy | None = None
+    exclusions: int = 0
+    last_exclusion: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +210,7 @@ class Round:
     digest: str | None = None
     contributors: tuple[str, ...] = ()
     reason: str = ""
+    excluded: tuple[tuple[str, str], ...] = ()  # (uid, why) of rows the leader left out
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from contracts.fields import Layout
+from contracts.merge_policy import pin
 from contracts.rounds import is_online, refresh_open_round
 from contracts.state import (
     ACTIVE,
@@ -93,6 +94,7 @@ def join(state: State, tx: Tx) -> State:
             f"the model of {tx.sender!r} differs from the one training under contract {contract.name!r}: "
             f"{layout_difference(contract.layout, layout)}"
         )
+    contract = pin(contract, params, tx.sender)
     old = contract.members.get(tx.sender)
     member = Member(
         uid=tx.sender,
@@ -105,6 +107,8 @@ def join(state: State, tx: Tx) -> State:
         loss=None if old is None else old.loss,
         metric=None if old is None else old.metric,
         epsilon=None if old is None else old.epsilon,
+        excluded=0 if old is None else old.excluded,
+        excluded_reason="" if old is None else old.excluded_reason,
     )
     contract = replace(
         contract,

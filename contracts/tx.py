@@ -90,6 +90,37 @@ def _params(value: Any) -> dict[str, Any]:
     return f.check_fields(f.plain_map(value), _PARAM_FIELDS)
 
 
+def _trim_ratio(value: Any) -> float:
+    ratio = float(f.number(0.0)(value))
+    if ratio >= 0.5:
+        raise f.BadValue(f"must be below 0.5 (trimmedmean keeps the middle rows), got {ratio}")
+    return ratio
+
+
+_MAX_EXCLUDED = 10_000
+
+
+def _excluded(value: Any) -> tuple[tuple[str, str], ...]:
+    """Rows a leader left out: a list of ``{uid, reason}``, each node at most once."""
+    if not isinstance(value, list) or len(value) > _MAX_EXCLUDED:
+        raise f.BadValue(f"must be a list of at most {_MAX_EXCLUDED} {{uid, reason}} maps, got {value!r:.40}")
+    out = []
+    for i, item in enumerate(value):
+        try:
+            entry = f.check_fields(f.plain_map(item), _EXCLUSION_FIELDS)
+        except f.FieldError as exc:
+            raise f.BadValue(f"entry {i}: {exc}") from None
+        except f.BadValue as exc:
+            raise f.BadValue(f"entry {i} {exc}") from None
+        out.append((entry["uid"], entry["reason"]))
+    if len({uid for uid, _ in out}) != len(out):
+        raise f.BadValue("must not name a node twice")
+    return tuple(out)
+
+
+_EXCLUSION_FIELDS: Mapping[str, f.Field] = {"uid": f.Field(f.name), "reason": f.Field(f.text(300))}
+
+
 def _peers(value: Any) -> int | str:
     if isinstance(value, str) and value.upper() == "ALL":
         return "ALL"
@@ -109,6 +140,8 @@ _PARAM_FIELDS: Mapping[str, f.Field] = {
     "quorum_wait": f.Field(f.number(0.0), 30.0),
     "leader_timeout": f.Field(f.number(0.001), 600.0),
     "secure_aggregation": f.Field(f.boolean, False),
+    "trim_ratio": f.Field(_trim_ratio, 0.1),
+    "max_update_norm": f.Field(f.number(0.0), 0.0),
 }
 
 _CONTRACT = {"contract": f.Field(f.name)}
@@ -169,7 +202,16 @@ KINDS: Mapping[str, KindSpec] = {
     ),
     "round.close": KindSpec(_SN, _ROUND),
     "round.merged": KindSpec(
-        _SL, {**_ROUND, "digest": f.Field(f.digest), "contributors": f.Field(f.uid_list)}
+        _SL,
+        {
+            **_ROUND,
+            "digest": f.Field(f.digest),
+            "contributors": f.Field(f.uid_list),
+            "excluded": f.Field(_excluded, ()),
+        },
+    ),
+    "round.failed": KindSpec(
+        _SL, {**_ROUND, "reason": f.Field(f.text(500)), "excluded": f.Field(_excluded, ())}
     ),
     "round.leader_timeout": KindSpec(_SN, _ROUND),
     "task.create": KindSpec(

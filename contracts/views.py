@@ -126,7 +126,24 @@ def contract_status(state: State, name: str) -> View:
         "latest_model": _model_ref(contract.latest_model),
         "final_digest": contract.final_digest,
         "completed_at": contract.completed_at,
+        **_merge_view(contract),
     }
+
+
+def _merge_view(contract: Contract) -> View:
+    """The contract's pinned merge policy and its count of excluded rows (with the last reason)."""
+    policy = contract.merge
+    return {
+        "merge_method": policy.method if policy is not None else None,
+        "trim_ratio": policy.trim_ratio if policy is not None and policy.method == "trimmedmean" else None,
+        "max_update_norm": (policy.max_update_norm or None) if policy is not None else None,
+        "excluded_rows": contract.exclusions,
+        "last_exclusion": contract.last_exclusion or None,
+    }
+
+
+def _excluded(rnd: Round) -> list[View]:
+    return [{"uid": uid, "reason": reason} for uid, reason in rnd.excluded]
 
 
 def _perf_row(member: Member) -> View:
@@ -140,6 +157,8 @@ def _perf_row(member: Member) -> View:
         "completed_epochs": member.epochs_done,
         "joined_at": member.joined_at,
         "updated_at": member.updated_at,
+        "excluded": member.excluded,
+        "excluded_reason": member.excluded_reason or None,
     }
     if member.epsilon is not None:  # the site trains under differential privacy
         row["epsilon"] = member.epsilon
@@ -172,6 +191,7 @@ def _round_view(rnd: Round) -> View:
         "ended_at": rnd.ended_at,
         "digest": rnd.digest,
         "contributors": list(rnd.contributors),
+        "excluded": _excluded(rnd),
         "reason": rnd.reason,
     }
 
@@ -209,6 +229,7 @@ def _round_brief(rnd: Round) -> View:
         "failed_leaders": list(rnd.failed),
         "digest": rnd.digest,
         "contributors": list(rnd.contributors),
+        "excluded": _excluded(rnd),
         "reason": rnd.reason,
     }
 

@@ -105,6 +105,8 @@ def perfdata_table(name: str, views: Sequence[View]) -> Table:
     if any(v.get("epsilon") is not None for v in views):  # differential privacy: epsilon spent so far
         keys, columns = (*keys, "epsilon"), (*columns, "Epsilon")
     keys, columns = (*keys, "updated_at"), (*columns, "Updated")
+    if any(view.get("excluded") for view in views):  # rows a leader left out of a merge, and why
+        keys, columns = (*keys, "excluded", "excluded_reason"), (*columns, "Excluded", "Last exclusion")
     return Table.of(f"Performance data of {name}", columns, _rows(views, keys))
 
 

@@ -236,6 +236,8 @@ def test_progress_is_perfdata() -> None:
             "completed_epochs": 2,
             "joined_at": sim.time,
             "updated_at": sim.time,
+            "excluded": 0,
+            "excluded_reason": None,
         }
     ]
     assert "not a member" in sim.no("contract.progress", "sl9", body)

@@ -134,3 +134,28 @@ def test_a_two_process_gloo_site_ends_with_the_swarms_model_on_every_rank(
     ranks = ddp.final_digests()
     assert len(ranks) == 2, ddp.output()[-2000:]  # both ranks hold the final model
     assert set(ranks) == {node.final_digest() for node in singles}
+
+
+async def _contract_view(sn: RunningSN, query: str) -> object:
+    async with Bus(BusConfig(sn.address, "swci-status", "swci")) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=10)
+        return await ledger.query(query, name="defaultbb.cqdb.sml.hpe")
+
+
+def test_a_node_sending_nan_is_left_out_and_the_swarm_finishes(sn: RunningSN, tmp_path: Path) -> None:
+    nodes = [
+        start_sl(sn, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=2, EPOCHS=1, MERGE="coordmedian", **poison)
+        for i, poison in ((1, {"POISON": "nan"}), (2, {}), (3, {}))
+    ]
+    codes = [node.wait() for node in nodes]
+    assert codes == [0, 0, 0], [n.output()[-2000:] for n in nodes]
+    digests = {node.final_digest() for node in nodes}
+    assert len(digests) == 1 and None not in digests  # the broken site ends with the swarm's model too
+    status = asyncio.run(_contract_view(sn, "contract.status"))
+    assert isinstance(status, dict) and status["status"] == "COMPLETE"
+    assert status["merge_method"] == "coordmedian"
+    assert status["excluded_rows"] >= 1  # the final round's at least (it waits for every member)
+    assert "sl-1: tensor '0.weight' has 128 non-finite values (NaN or inf)" in status["last_exclusion"]
+    perf = asyncio.run(_contract_view(sn, "contract.perfdata"))
+    excluded = {row["uid"]: row["excluded"] for row in perf}  # type: ignore[attr-defined]
+    assert excluded["sl-1"] == status["excluded_rows"] and excluded["sl-2"] == 0

@@ -13,8 +13,10 @@ Methods (n peers, weights w_i >= 0):
   weight reaches half the total).
 - ``geomedian``: weighted geometric median of the whole float model by Weiszfeld, started at the
   mean; iterates on n convex coefficients using the peers' Gram matrix, so each step is O(n^2).
+  The Gram matrix is centred on the coordinate-wise median, so one huge row (1e30) does not drown
+  the honest rows' distances in rounding.
 - ``trimmedmean``: per coordinate, unweighted mean after dropping floor(trim_ratio * n) lowest
-  and highest values.
+  and highest values, and at least one of each from 4 peers on.
 - ``krum``: the float tensors of the peer with the least sum of squared distances to its
   n - f - 2 nearest peers (unweighted).
 
@@ -47,6 +49,8 @@ __all__ = [
     "MergeOptions",
     "TensorLayout",
     "Weights",
+    "find_non_finite",
+    "float_distance",
     "merge_flat",
     "merge_states",
     "validate_flat",
@@ -71,6 +75,7 @@ _GRAM_COLUMNS = 1 << 12  # columns per Gram product: small enough that BLAS keep
 _PAIRWISE_MAX_PEERS = 16  # weighted median by pairwise comparison up to this many peers
 _PAIRWISE_COLUMNS = 1 << 14  # columns per pairwise chunk, so its temporaries stay in cache
 _BUBBLE_MAX_SWAPS = 128  # trimmed mean by partial bubble sort while 2 * cut * n is at most this
+_MIN_PEERS_TO_TRIM = 4  # trimmedmean drops at least one row per side from this many peers on
 _HALF_SLACK = 1e-12  # relative slack on "cumulative weight >= half" against rounding
 
 
@@ -83,7 +88,8 @@ class MergeOptions:
     """Parameters of the robust merge methods.
 
     Attributes:
-        trim_ratio: trimmedmean drops ``floor(trim_ratio * n)`` lowest and highest values.
+        trim_ratio: trimmedmean drops ``floor(trim_ratio * n)`` lowest and highest values (at
+            least one of each when n >= 4).
         krum_byzantine: peers Krum tolerates as faulty; ``None`` means ``max(0, (n - 3) // 2)``.
         geomedian_max_iter: most Weiszfeld iterations.
         geomedian_eps: Weiszfeld stops when a step is below this fraction of the estimate's norm.
@@ -142,7 +148,7 @@ class _Span:
 
 @dataclass(frozen=True, slots=True)
 class _Gram:
-    """Inner products of the peers' float vectors x_i around their weighted mean c."""
+    """Inner products of the peers' float vectors x_i around a centre c (their coordinate-wise median)."""
 
     g: _Array  # (n, n): (x_i - c) . (x_j - c)
     xc: _Array  # (n,): (x_i - c) . c
@@ -250,7 +256,43 @@ def validate_flat(
     _require_finite(rows, _spans(tensors), range(len(w)))
 
 
+def find_non_finite(buffer: _Array, layout: Sequence[TensorLayout]) -> tuple[str, int] | None:
+    """The first tensor of one flat buffer that holds NaN or inf, with how many; None when all are finite.
+
+    Raises:
+        MergeError: the layout does not fit the buffer.
+    """
+    tensors = _parse_layout(layout, _check_buffer(buffer))
+    return _find_non_finite(buffer, _spans(tensors))
+
+
+def float_distance(a: _Array, b: _Array, layout: Sequence[TensorLayout]) -> float:
+    """Euclidean distance between two flat buffers over their float tensors, in float64.
+
+    Integer and bool tensors (counters, masks) do not count; non-finite values give inf or NaN.
+
+    Raises:
+        MergeError: the buffers differ in size or the layout does not fit them.
+    """
+    total = _check_buffer(a)
+    if _check_buffer(b) != total:
+        raise MergeError(f"buffers of {total} and {b.shape[0]} bytes cannot be compared")
+    squares = 0.0
+    for span in (s for s in _spans(_parse_layout(layout, total)) if s.is_float):
+        for lo, hi in _blocks(span.start, span.stop):
+            pair = _decode(np.stack((a[lo:hi], b[lo:hi])), span.label).astype(np.float64)
+            diff = pair[0] - pair[1]
+            squares += float(diff @ diff)
+    return math.sqrt(squares)
+
+
 # --------------------------------------------------------------------------- validation
+
+
+def _check_buffer(buffer: _Array) -> int:
+    if not isinstance(buffer, np.ndarray) or buffer.dtype != np.uint8 or buffer.ndim != 1:
+        raise MergeError(f"a flat model must be a 1-D uint8 array, got {getattr(buffer, 'shape', buffer)}")
+    return int(buffer.shape[0])
 
 
 def _plan(
@@ -667,7 +709,10 @@ def _median_sorted(x: _Array, weights: _Array) -> _Array:
 
 
 def _trim_count(peers: int, ratio: float) -> int:
-    return math.floor(ratio * peers + 1e-9)
+    """Rows dropped at each end: floor(ratio * n), and at least one from 4 peers on (one bad peer
+    among four or more is always trimmed)."""
+    cut = math.floor(ratio * peers + 1e-9)
+    return max(cut, 1) if peers >= _MIN_PEERS_TO_TRIM else cut
 
 
 def _subset(active: _Array, peers: int) -> _Array | None:
@@ -712,15 +757,20 @@ def _order_pair(low: _Array, high: _Array, spare: _Array) -> None:
 
 
 def _gram(rows: _Array, tensors: Sequence[_Tensor], weights: _Array) -> _Gram:
-    """Centred inner products of the peers' float tensors, in float64, block by block."""
+    """Inner products of the peers' float tensors around their coordinate-wise median, in float64.
+
+    Centring on the median (of the peers with a positive weight) rather than the mean keeps the honest
+    rows' small differences exact when one row is huge: around the mean they would be lost in rounding.
+    """
     n = len(weights)
     g, xc, cc = np.zeros((n, n)), np.zeros(n), 0.0
-    normalised = weights / weights.sum()
+    active = np.flatnonzero(weights)
+    middle = (len(active) - 1) // 2
     for tensor in tensors:
         step = _GRAM_COLUMNS * _STORAGE[tensor.label].itemsize
         for a, b in _blocks(tensor.offset, tensor.end, step):
             x = _decode(rows[:, a:b], tensor.label).astype(np.float64)
-            centre = normalised @ x
+            centre = np.partition(x[active], middle, axis=0)[middle]
             x -= centre
             g += x @ x.T
             xc += x @ centre
@@ -743,17 +793,20 @@ def _weiszfeld(gram: _Gram, weights: _Array, options: MergeOptions) -> _Array:
 
     The estimate y = sum_j a_j x_j starts at the weighted mean; distances come from the Gram
     matrix, so each iteration costs O(n^2) instead of a pass over the model. Distances are
-    floored at 1e-10 of the spread so that an estimate on a data point divides by no zero.
+    floored at 1e-10 of the median peer's distance to the centre (not of the mean spread, which
+    one huge row would inflate until it kept itself in the result) so that an estimate on a data
+    point divides by no zero.
     """
     a: _Array = weights / weights.sum()
-    spread = math.sqrt(max(float(np.trace(gram.g)) / len(a), 0.0))
-    if spread == 0.0:
+    if float(np.trace(gram.g)) <= 0.0:
         return a
+    radii = np.sqrt(np.maximum(np.diag(gram.g)[weights > 0], 0.0))
+    floor = max(1e-10 * float(np.median(radii)), 1e-30)
     eye = np.eye(len(a))
     for _ in range(options.geomedian_max_iter):
         diffs = eye - a  # row i: e_i - a, so x_i - y = sum_j diffs[i, j] x_j
         dist = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", diffs, gram.g, diffs), 0.0))
-        inverse = weights / np.maximum(dist, 1e-10 * spread)
+        inverse = weights / np.maximum(dist, floor)
         new = inverse / inverse.sum()
         step = math.sqrt(max(float((new - a) @ gram.g @ (new - a)), 0.0))
         a = new

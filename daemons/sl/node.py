@@ -117,7 +117,9 @@ class SLNode:
         }
 
     def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:
-        def make(contract: str, method: str, options: MergeOptions, *, secure: bool = False) -> RoundEngine:
+        def make(
+            contract: str, method: str, options: MergeOptions, max_update_norm: float, *, secure: bool = False
+        ) -> RoundEngine:
             assert self.holder is not None  # noqa: S101 - created before the session
             return RoundEngine(
                 bus,
@@ -126,6 +128,7 @@ class SLNode:
                 contract,
                 merge_method=method,
                 merge_options=options,
+                max_update_norm=max_update_norm,
                 secure=self.secure if secure else None,
             )
 
@@ -133,6 +136,13 @@ class SLNode:
 
     async def _rpc(self, request: Request) -> Any:
         if request.method == FETCH_METHOD and self.holder is not None:
+            engine = self.session.engine if self.session is not None else None
+            digest = request.body.get("digest")
+            if engine is not None and isinstance(digest, bytes):
+                refused = await engine.may_fetch(digest, request.sender)
+                if refused is not None:
+                    log.warning("refused a fetch: %s", refused)
+                    raise RpcError("forbidden", refused)
             return await self.holder.handle_fetch(request)
         if request.method == SECAGG_METHOD and self.secure is not None:
             return await self.secure.handle(request)

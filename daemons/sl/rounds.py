@@ -22,6 +22,7 @@ from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
+from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
 from daemons.sl.secure_round import SecureRounds, round_info
 from daemons.sl.secure_round import lead as lead_secure
 from wire.tensors import FlatState, TensorSpec, make_manifest
@@ -43,10 +44,47 @@ class RoundResult:
     merged: bool = True
 
 
+class _CannotMerge(Exception):
+    """Too few usable rows, or a merge that failed: the leader fails the round at once."""
+
+    def __init__(self, reason: str, excluded: Sequence[Exclusion]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.excluded = list(excluded)
+
+
 def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
     """Round ``number`` in a ``contract.rounds`` view."""
     candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
     return next((r for r in candidates if r and r.get("round") == number), None)
+
+
+def fetch_refusal(rnd: dict[str, Any] | None, requester: str, uid: str, contract: str) -> str | None:
+    """Why ``requester`` may not fetch what ``uid`` checked in to round ``rnd``; None for its leader."""
+    leader = (rnd or {}).get("leader")
+    if leader is not None and leader == requester:
+        return None
+    number = (rnd or {}).get("round", "?")
+    return (
+        f"{requester!r} may not fetch the weights {uid!r} checked in to round {number} of {contract!r}: "
+        f"only that round's leader ({leader or 'none yet'}) may"
+    )
+
+
+def waiting_for(open_round: dict[str, Any] | None, number: int) -> str | None:
+    """A line saying whom open round ``number`` waits for, when it is short of ``min_peers``."""
+    if not open_round or open_round.get("round") != number:
+        return None
+    need = int(open_round.get("min_peers") or 1)
+    checked = sorted(c["uid"] for c in open_round.get("checkins") or [])
+    if len(checked) >= need:
+        return None
+    missing = [uid for uid in open_round.get("expected") or [] if uid not in checked]
+    names = ", ".join(checked)
+    head = f"round {number} waits for {need} peers (minPeers); {len(checked)} checked in ({names})"
+    if missing:
+        return f"{head}; waiting for {', '.join(missing)} to check in"
+    return f"{head}; no other member is online: start {need - len(checked)} more node(s) or lower minPeers"
 
 
 def layout_difference(mine: Sequence[TensorSpec], theirs: Sequence[TensorSpec]) -> str | None:
@@ -78,6 +116,7 @@ class RoundEngine:
         *,
         merge_method: str = "mean",
         merge_options: MergeOptions | None = None,
+        max_update_norm: float = 0.0,
         fetch_timeout: float = 10.0,
         secure: SecureRounds | None = None,
     ) -> None:
@@ -87,9 +126,11 @@ class RoundEngine:
         self.contract = contract
         self.merge_method = merge_method
         self.merge_options = merge_options or MergeOptions()
+        self.max_update_norm = max_update_norm
         self.fetch_timeout = fetch_timeout
         self.secure = secure  # secure aggregation: own models are offered masked, never served
         self.latest: RoundResult | None = None
+        self.checked_in: dict[bytes, int] = {}  # digest of our pre-merge weights -> round number
         self.rounds_led = 0
         self.rounds_done = 0
 
@@ -172,6 +213,7 @@ class RoundEngine:
         else:
             manifest = await self.holder.add(flat)
         digest = manifest.digest.hex()
+        public = self.latest is not None and self.latest.digest == digest  # a merged model, resent
         body = {
             "contract": self.contract,
             "digest": digest,
@@ -184,6 +226,8 @@ class RoundEngine:
             number = int(receipt["round"])
             if self.secure is not None:
                 self.secure.offer(self.contract, number, flat)
+            held = {d: n for d, n in self.checked_in.items() if self.holder.get(d) is not None}
+            self.checked_in = {**held, manifest.digest: number} if not public else held
             log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
             view = await self.ledger.query("contract.rounds", name=self.contract)
             leading: asyncio.Task[None] | None = None
@@ -194,20 +238,25 @@ class RoundEngine:
                     if result is not None:
                         self.rounds_done += 1
                         return result
-                    view = await self._next_view(watch)
+                    view = await self._next_view(watch, number)
             finally:
                 if leading is not None and not leading.done():
                     leading.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await leading
 
-    async def _next_view(self, watch: Watch) -> dict[str, Any]:
+    async def _next_view(self, watch: Watch, number: int) -> dict[str, Any]:
         """The next rounds view: from an event, or read again after a quiet spell (an event can be
-        lost while the bus reconnects, since sessions are clean)."""
+        lost while the bus reconnects, since sessions are clean); a spell in a round short of its
+        quorum logs whom it waits for."""
         try:
             return dict((await watch.next(timeout=_REREAD_AFTER)).view)
         except TimeoutError:
-            return dict(await self.ledger.query("contract.rounds", name=self.contract))
+            view = dict(await self.ledger.query("contract.rounds", name=self.contract))
+        waiting = waiting_for(view.get("open"), number)
+        if waiting:
+            log.info("%s", waiting)
+        return view
 
     async def _step(
         self,
@@ -262,7 +311,27 @@ class RoundEngine:
             )
         result = RoundResult(flat, digest, number, final=final)
         self.latest = result
+        self.checked_in.pop(raw, None)  # a merged model is anyone's to fetch, even if it equals a row
         return result
+
+    async def may_fetch(self, digest: bytes, requester: str) -> str | None:
+        """Why ``requester`` may not fetch ``digest`` from us, or None when it may.
+
+        Our pre-merge weights go only to the leader of the round we checked them in to (read from the
+        ledger, so a replacement leader is let in); merged models go to anyone.
+        """
+        number = self.checked_in.get(digest)
+        if number is None or requester == self.uid:
+            return None
+        refusal = None
+        for attempt in range(2):  # our SN may not have seen the round close yet: read again once
+            if attempt:
+                await asyncio.sleep(0.5)
+            view = await self.ledger.query("contract.rounds", name=self.contract)
+            refusal = fetch_refusal(_find(view, number), requester, self.uid, self.contract)
+            if refusal is None:
+                return None
+        return refusal
 
     # -------------------------------------------------------------- leading
     async def _lead_safely(self, number: int, own: FlatState) -> None:
@@ -272,11 +341,14 @@ class RoundEngine:
             raise
         except Rejected as exc:
             log.warning("round %s: the ledger refused our merge: %s", number, exc.reason)
-        except Exception:
-            log.exception("round %s: merging failed; the ledger will choose another leader", number)
+        except Exception as exc:
+            log.exception("round %s: leading failed", number)
+            with contextlib.suppress(Exception):  # at once, not at the deadline; else the deadline does
+                await self._fail(number, _CannotMerge(f"{type(exc).__name__}: {exc}", []))
 
     async def _lead(self, number: int, own: FlatState) -> None:
-        rnd = _find(await self.ledger.query("contract.rounds", name=self.contract), number)
+        view = await self.ledger.query("contract.rounds", name=self.contract)
+        rnd = _find(view, number)
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
             return  # replaced meanwhile
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
@@ -286,6 +358,7 @@ class RoundEngine:
         if delay > 0:  # fault injection for tests and demos of leader failure
             log.warning("SWARM_DEBUG_MERGE_DELAY: waiting %g s before merging", delay)
             await asyncio.sleep(delay)
+        excluded: list[Exclusion] = []
         if rnd.get("init") or all(checkins[uid].get("init") for uid in participants):
             merged, contributors = own, [self.uid]
         elif self.secure is not None and participants != [self.uid]:
@@ -294,8 +367,16 @@ class RoundEngine:
                 self.bus, self.secure, info, own, timeout=self.fetch_timeout
             )
         else:
-            merged, contributors = await self._merge_round(participants, checkins, own)
+            need = required_rows(
+                int((view.get("open") or {}).get("min_peers") or 1), final=bool(rnd.get("final"))
+            )
+            try:
+                merged, contributors, excluded = await self._merge_round(participants, checkins, own, need)
+            except _CannotMerge as exc:
+                await self._fail(number, exc)
+                return
         manifest = await self.holder.add(merged)
+        self.checked_in.pop(manifest.digest, None)  # what we merged is public, even if it equals a row
         await self.ledger.submit(
             "round.merged",
             {
@@ -303,14 +384,31 @@ class RoundEngine:
                 "round": number,
                 "digest": manifest.digest.hex(),
                 "contributors": contributors,
+                "excluded": [e.wire() for e in excluded],
             },
         )
         self.rounds_led += 1
         log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
 
+    async def _fail(self, number: int, failure: _CannotMerge) -> None:
+        """Abandon round ``number`` at once, saying why, rather than let it wait out the deadline."""
+        log.warning("round %d: cannot merge: %s; abandoning it", number, failure.reason)
+        body = {
+            "contract": self.contract,
+            "round": number,
+            "reason": failure.reason[:500],
+            "excluded": [e.wire() for e in failure.excluded],
+        }
+        await self.ledger.submit("round.failed", body)
+
     async def _merge_round(
-        self, participants: list[str], checkins: dict[str, dict[str, Any]], own: FlatState
-    ) -> tuple[FlatState, list[str]]:
+        self, participants: list[str], checkins: dict[str, dict[str, Any]], own: FlatState, need: int
+    ) -> tuple[FlatState, list[str], list[Exclusion]]:
+        """Fetch every participant's row, leave out the unusable ones and merge the rest.
+
+        Raises:
+            _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
+        """
         rows = np.empty((len(participants), own.total), dtype=np.uint8)
         fetched = await asyncio.gather(
             *(
@@ -318,41 +416,56 @@ class RoundEngine:
                 for i, uid in enumerate(participants)
             )
         )
-        keep = [i for i, ok in enumerate(fetched) if ok]
-        contributors = [participants[i] for i in keep]
-        weights = [float(checkins[participants[i]].get("weight") or 0.0) for i in keep]
-        if sum(weights) <= 0:
-            weights = [1.0] * len(keep)
+        excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
+        arrived = [i for i, why in enumerate(fetched) if why is None]
         layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
+        base = self.latest.flat.buffer if self.latest and self.latest.flat.specs == own.specs else None
+        screened = await asyncio.to_thread(
+            screen,
+            [rows[i] for i in arrived],
+            [participants[i] for i in arrived],
+            layout,
+            base=base,
+            max_update_norm=self.max_update_norm,
+        )
+        excluded += screened.excluded
+        for exclusion in screened.excluded:
+            log.warning("leaving %s out of the merge: %s", exclusion.uid, exclusion.reason)
+        keep = [arrived[i] for i in screened.keep]
+        if len(keep) < need:
+            reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
+            raise _CannotMerge(reason, excluded)
+        weights = merge_weights(self.merge_method, [checkins[participants[i]].get("weight") for i in keep])
         matrix = rows[keep] if len(keep) < len(participants) else rows
         try:
             buffer = await asyncio.to_thread(
                 merge_flat, matrix, layout, weights, self.merge_method, options=self.merge_options
             )
         except MergeError as exc:
-            raise BusError(f"merge failed: {exc}") from None
-        return FlatState(own.specs, buffer), contributors
+            raise _CannotMerge(f"merge failed: {exc}", excluded) from None
+        return FlatState(own.specs, buffer), [participants[i] for i in keep], excluded
 
-    async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> bool:
-        """Put ``uid``'s checked-in weights in ``row``; False (and a log line) when they cannot be used."""
+    async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> str | None:
+        """Put ``uid``'s checked-in weights in ``row``; why not (and a log line) when they cannot be used."""
         if uid == self.uid:
             row[:] = own.buffer
-            return True
+            return None
         held = self.holder.get(bytes.fromhex(digest))
         if held is not None and held.specs == own.specs:  # a model we hold already (same digest)
             row[:] = held.buffer
-            return True
+            return None
         try:
             flat = await fetch_state(
                 self.bus, uid, bytes.fromhex(digest), spare=row, idle_timeout=self.fetch_timeout
             )
         except (TransferError, BusError) as exc:
             log.warning("leaving %s out of the merge: %s", uid, exc)
-            return False
+            return f"its model could not be fetched: {exc}"
         problem = layout_difference(own.specs, flat.specs)
         if problem is not None or flat.total != own.total:
-            log.warning("leaving %s out of the merge: its model differs: %s", uid, problem or "size differs")
-            return False
+            why = f"its model differs: {problem or 'size differs'}"
+            log.warning("leaving %s out of the merge: %s", uid, why)
+            return why
         if flat.buffer is not row:
             row[:] = flat.buffer
-        return True
+        return None

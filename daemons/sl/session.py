@@ -40,16 +40,22 @@ class SessionSettings:
     admin: bool = True
     quorum_wait: float = 5.0
     leader_timeout: float = 30.0
+    trim_ratio: float = 0.1
+    max_update_norm: float = 0.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> SessionSettings:
-        """``SL_MAKE_ME_ADMIN``, ``SL_WAIT_FOR_FULL_QUORUM_SECONDS``, ``SL_LEADER_FAILURE_BASE_TIMEOUT``."""
+        """``SL_MAKE_ME_ADMIN``, ``SL_WAIT_FOR_FULL_QUORUM_SECONDS``, ``SL_LEADER_FAILURE_BASE_TIMEOUT``,
+        ``SL_MERGE_TRIM_RATIO`` and ``SL_MAX_UPDATE_NORM`` (0: no bound); the first node to join a contract
+        fixes the last two (with the merge method) for all of it."""
         source = os.environ if env is None else env
         admin = source.get("SL_MAKE_ME_ADMIN", "true").strip().lower() not in ("false", "0", "no", "off")
         return cls(
             admin=admin,
             quorum_wait=float(source.get("SL_WAIT_FOR_FULL_QUORUM_SECONDS", cls.quorum_wait)),
             leader_timeout=float(source.get("SL_LEADER_FAILURE_BASE_TIMEOUT", cls.leader_timeout)),
+            trim_ratio=float(source.get("SL_MERGE_TRIM_RATIO", cls.trim_ratio)),
+            max_update_norm=float(source.get("SL_MAX_UPDATE_NORM", cls.max_update_norm)),
         )
 
 
@@ -168,6 +174,8 @@ class MLSession:
             "admin": self.settings.admin,
             "quorum_wait": self.settings.quorum_wait,
             "leader_timeout": self.settings.leader_timeout,
+            "trim_ratio": self.settings.trim_ratio,
+            "max_update_norm": self.settings.max_update_norm,
             "secure_aggregation": secure,
         }
         body: dict[str, Any] = {"contract": self.contract, "params": join}
@@ -176,7 +184,10 @@ class MLSession:
         await self.ledger.submit("contract.join", body)
         if self.attachment is not None:
             self.attachment.remember("contract.join", body)
-        self.engine = self._engine_factory(self.contract, method, MergeOptions(), secure=secure)
+        options = MergeOptions(trim_ratio=self.settings.trim_ratio)
+        self.engine = self._engine_factory(
+            self.contract, method, options, self.settings.max_update_norm, secure=secure
+        )
         log.info(
             "ML program (pid %s, %s) joined contract %s",
             header.get("pid"),

@@ -3,6 +3,7 @@
 Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, MERGE, SCRATCH_DIR,
 FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model),
 DP_NOISE and DP_CLIP (differential privacy: dpNoiseMultiplier, dpClipNorm), SECURE=1 (secureAggregation).
+POISON=nan (a broken site: its first weight matrix turns NaN after every step).
 Under torchrun (RANK set; ``swarm sl --ml-nproc 2``) it trains with DistributedDataParallel on the gloo
 backend, each rank on its half of every batch; rank 0 alone talks to the SL.
 """
@@ -50,6 +51,7 @@ callback = SwarmCallback(
 callback.on_train_begin()
 fail_at = int(env("FAIL_AT_BATCH", "-1"))
 pause = float(env("SLEEP_PER_BATCH", "0"))
+poison = env("POISON", "")
 step = 0
 for epoch in range(epochs):
     for b in range(batches):
@@ -58,6 +60,9 @@ for epoch in range(epochs):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
+        if poison == "nan":
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
         step += 1
         if step == fail_at:
             print("failing on purpose at batch", step, flush=True)
