@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import MB, ROOT, loopback_tcp_rate, make_row, print_rows
 from bench.processes import Processes, cpu_seconds, descendants
 from bench.swarm_setup import start_sl, start_sn
+from daemons.sl.roundtimes import parse_steps
 
-__all__ = ["SwarmRun", "measure", "round_latency", "run", "swarm_rounds"]
+__all__ = ["SwarmRun", "measure", "round_latency", "run", "step_medians", "swarm_rounds"]
 
 STANDIN = ROOT / "bench" / "standin_ml.py"
 PEERS = 4
@@ -58,6 +59,7 @@ class SwarmRun:
     cpu_sn: float
     cpu_broker: float
     cpu_total: float
+    steps: dict[str, float]
 
     def cpu_note(self) -> str:
         """CPU seconds by process kind: the SN, its mosquitto, and the SL+ML pairs."""
@@ -91,7 +93,27 @@ def swarm_rounds(
         cpu_sn = cpu_seconds(sn)
         cpu_broker = sum(cpu_seconds(pid) for pid in descendants(sn))
     nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
-    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before)
+    steps = step_medians([procs.output(name) for name in names])
+    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, steps)
+
+
+def step_medians(logs: list[str]) -> dict[str, float]:
+    """The median milliseconds of every round step the SLs logged (``daemons/sl/roundtimes.py``), over
+    rounds 2.. and over nodes (a leader's steps come from the leaders only)."""
+    found: dict[str, list[float]] = {}
+    for text in logs:
+        for line in text.splitlines():
+            parsed = parse_steps(line)
+            if parsed is None or parsed[0] < 2:
+                continue
+            for name, ms in parsed[1].items():
+                found.setdefault(name, []).append(ms)
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
+def steps_note(steps: dict[str, float]) -> str:
+    """``step ms`` of every step, in the order a round runs them."""
+    return ", ".join(f"{name} {ms:.1f}" for name, ms in steps.items())
 
 
 def round_latency(nodes: list[dict[str, Any]]) -> float:
@@ -113,6 +135,7 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
         "floor_s": floor,
         "rounds": rounds,
         "cpu": swarm.cpu_note(),
+        "steps": steps_note(swarm.steps),
     }
 
 
@@ -125,7 +148,8 @@ def run() -> list[dict[str, Any]]:
             make_row(
                 f"sync round, {PEERS} peers, {model_mb:g} MB model", m["latency_s"] * 1000, "ms",
                 "6 model copies over raw loopback TCP", m["floor_s"] * 1000,
-                note=f"median of rounds 2..{rounds}; SN, mosquitto, 4 SL + stand-in ML; {m['cpu']}",
+                note=f"median of rounds 2..{rounds}; SN, mosquitto, 4 SL + stand-in ML; {m['cpu']}; "
+                f"steps (median ms): {m['steps']}",
             )
         )  # fmt: skip
     return rows

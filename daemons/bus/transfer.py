@@ -30,7 +30,7 @@ from wire.tensors import (
     manifest_from_body,
 )
 
-__all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "fetch_state", "publish_state"]
+__all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "digest_hex", "fetch_state", "publish_state"]
 
 log = logging.getLogger("swarm.transfer")
 FETCH_METHOD = "fetch"
@@ -78,6 +78,11 @@ class StateHolder:
         """The held state with ``digest``, if any."""
         held = self._held.get(digest)
         return held.flat if held is not None else None
+
+    def held(self, digest: bytes) -> tuple[FlatState, Manifest] | None:
+        """The held state with ``digest`` and its manifest, if any."""
+        held = self._held.get(digest)
+        return (held.flat, held.manifest) if held is not None else None
 
     async def handle_fetch(self, request: Request) -> dict[str, Any]:
         """RPC handler for ``fetch``: start publishing and answer with the sizes."""

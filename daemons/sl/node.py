@@ -13,11 +13,13 @@ import logging
 import os
 import shutil
 import socket
+import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from certs import client_context, server_context
 from daemons.attachment import Attachment
 from daemons.bus import Bus, Request, RpcError
 from daemons.bus.config import BrokerAddress
@@ -27,6 +29,7 @@ from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient, Patience
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
+from daemons.sl.dataplane import DataPlaneClient, serving
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
@@ -63,6 +66,8 @@ class SLNode:
         self.ml = MLProcess(options.ml)
         self.session: MLSession | None = None
         self.holder: StateHolder | None = None
+        self.dataplane: DataPlaneClient | None = None
+        self._address = ""
         self._stop = asyncio.Event()
 
     def _bus(self) -> Bus:
@@ -85,21 +90,39 @@ class SLNode:
                 refused: set[str] = set()
                 bus.refused = refused
                 bus.spawn(follow_revocations(ledger, refused), "revocations")
-                attachment = Attachment(ledger, self._registration(bus))
-                await attachment.attach(strict=True)
                 self.holder = StateHolder(bus)
-                bus.serve(self._rpc)
-                self.session = MLSession(
-                    ledger, self._engine_factory(bus, ledger), self.options.settings, attachment
-                )
-                async with asyncio.TaskGroup() as group:
-                    keeper = group.create_task(attachment.run(), name="sl.attachment")
+                server_tls, client_tls = self._dataplane_tls()
+                async with serving(self.holder, bus.broker.host, tls=server_tls) as endpoint:
+                    self._address = "" if endpoint is None else str(endpoint)
+                    self.dataplane = DataPlaneClient(bus.uid, tls=client_tls)
                     try:
-                        return await self._run_ml(sock_dir / "sl.sock", ledger)
+                        return await self._attached(bus, ledger, sock_dir)
                     finally:
-                        keeper.cancel()
+                        await self.dataplane.close()
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
+
+    async def _attached(self, bus: Bus, ledger: LedgerClient, sock_dir: Path) -> int:
+        """Registered, serving models, running the ML program to its end."""
+        attachment = Attachment(ledger, self._registration(bus))
+        await attachment.attach(strict=True)
+        bus.serve(self._rpc)
+        self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings, attachment)
+        async with asyncio.TaskGroup() as group:
+            keeper = group.create_task(attachment.run(), name="sl.attachment")
+            try:
+                return await self._run_ml(sock_dir / "sl.sock", ledger)
+            finally:
+                keeper.cancel()
+
+    def _dataplane_tls(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """Mutual TLS with the node certificate for the data plane (server, client), when there is one."""
+        ident = self.options.identity
+        if ident is None:
+            return None, None
+        server = server_context(ident.cert, ident.key, ident.ca)
+        client = client_context(ident.cert, ident.key, ident.ca, check_hostname=False)
+        return server, client
 
     def _registration(self, bus: Bus) -> dict[str, Any]:
         opts = self.options
@@ -107,7 +130,7 @@ class SLNode:
             "role": "sl",
             "parent": opts.parent,
             "host": socket.gethostname(),
-            "address": "",
+            "address": self._address,
             "pid": os.getpid(),
             "meta": {"program": opts.ml.command, **opts.meta},
             "session": bus.session,
@@ -116,7 +139,15 @@ class SLNode:
     def _engine_factory(self, bus: Bus, ledger: LedgerClient) -> Any:
         def make(contract: str, method: str, options: MergeOptions) -> RoundEngine:
             assert self.holder is not None  # noqa: S101 - created before the session
-            return RoundEngine(bus, ledger, self.holder, contract, merge_method=method, merge_options=options)
+            return RoundEngine(
+                bus,
+                ledger,
+                self.holder,
+                contract,
+                merge_method=method,
+                merge_options=options,
+                dataplane=self.dataplane,
+            )
 
         return make
 

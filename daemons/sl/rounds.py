@@ -21,7 +21,9 @@ import numpy as np
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
+from daemons.sl.dataplane import DataPlaneClient, Endpoint, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
+from daemons.sl.roundtimes import RoundTimer
 from wire.tensors import FlatState, TensorSpec
 
 __all__ = ["RoundEngine", "RoundResult"]
@@ -77,6 +79,7 @@ class RoundEngine:
         merge_method: str = "mean",
         merge_options: MergeOptions | None = None,
         fetch_timeout: float = 10.0,
+        dataplane: DataPlaneClient | None = None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
@@ -85,9 +88,12 @@ class RoundEngine:
         self.merge_method = merge_method
         self.merge_options = merge_options or MergeOptions()
         self.fetch_timeout = fetch_timeout
+        self.dataplane = dataplane
+        self._endpoints: dict[str, Endpoint | None] = {}
         self.latest: RoundResult | None = None
         self.rounds_led = 0
         self.rounds_done = 0
+        self._timer = RoundTimer()
 
     @property
     def uid(self) -> str:
@@ -163,8 +169,10 @@ class RoundEngine:
     async def _take_part(
         self, flat: FlatState, *, samples: int, weight: float, init: bool, keep_own: bool = False
     ) -> RoundResult:
+        timer = self._timer = RoundTimer()
         manifest = await self.holder.add(flat)
         digest = manifest.digest.hex()
+        timer.mark("hash")
         body = {
             "contract": self.contract,
             "digest": digest,
@@ -175,8 +183,10 @@ class RoundEngine:
         async with self.ledger.watch("round", self.contract) as watch:
             receipt = await self.ledger.submit("round.checkin", body)
             number = int(receipt["round"])
+            timer.mark("checkin")
             log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
             view = await self.ledger.query("contract.rounds", name=self.contract)
+            timer.mark("query")
             leading: asyncio.Task[None] | None = None
             try:
                 while True:
@@ -184,6 +194,7 @@ class RoundEngine:
                     result, leading = await self._step(rnd, number, flat, digest, keep_own, leading)
                     if result is not None:
                         self.rounds_done += 1
+                        timer.report(number)
                         return result
                     view = await self._next_view(watch)
             finally:
@@ -213,6 +224,8 @@ class RoundEngine:
         if rnd is None:
             return None, leading
         status = rnd.get("status")
+        if status != "OPEN" and "close_wait" not in self._timer.steps:
+            self._timer.mark("close_wait")
         if status == "CLOSED":
             if self.uid not in (rnd.get("participants") or []):
                 log.warning("round %d closed without this node; continuing with its own model", number)
@@ -227,10 +240,12 @@ class RoundEngine:
             return None, leading
         if keep_own and not rnd.get("final"):
             return RoundResult(own, digest, number, merged=False), leading
+        self._timer.mark("merged_wait")
         sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
         result = await self._load(
             str(rnd["digest"]), [s for s in sources if s], number, final=bool(rnd.get("final"))
         )
+        self._timer.mark("load")
         return result, leading
 
     async def _load(
@@ -244,7 +259,7 @@ class RoundEngine:
             if flat is not None:
                 break
             try:
-                flat = await fetch_state(self.bus, source, raw, keep=self.holder)
+                flat = await self._pull(source, raw, keep=True)
             except TransferError as exc:
                 errors.append(str(exc))
         if flat is None:
@@ -267,7 +282,9 @@ class RoundEngine:
             log.exception("round %s: merging failed; the ledger will choose another leader", number)
 
     async def _lead(self, number: int, own: FlatState) -> None:
+        timer = self._timer
         rnd = _find(await self.ledger.query("contract.rounds", name=self.contract), number)
+        timer.mark("lead_query")
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
             return  # replaced meanwhile
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
@@ -281,7 +298,9 @@ class RoundEngine:
             merged, contributors = own, [self.uid]
         else:
             merged, contributors = await self._merge_round(participants, checkins, own)
+        timer.mark("merge")
         manifest = await self.holder.add(merged)
+        timer.mark("hash_merged")
         await self.ledger.submit(
             "round.merged",
             {
@@ -291,6 +310,7 @@ class RoundEngine:
                 "contributors": contributors,
             },
         )
+        timer.mark("merged_tx")
         self.rounds_led += 1
         log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
 
@@ -304,6 +324,7 @@ class RoundEngine:
                 for i, uid in enumerate(participants)
             )
         )
+        self._timer.mark("pull")
         keep = [i for i, ok in enumerate(fetched) if ok]
         contributors = [participants[i] for i in keep]
         weights = [float(checkins[participants[i]].get("weight") or 0.0) for i in keep]
@@ -329,9 +350,7 @@ class RoundEngine:
             row[:] = held.buffer
             return True
         try:
-            flat = await fetch_state(
-                self.bus, uid, bytes.fromhex(digest), spare=row, idle_timeout=self.fetch_timeout
-            )
+            flat = await self._pull(uid, bytes.fromhex(digest), spare=row)
         except (TransferError, BusError) as exc:
             log.warning("leaving %s out of the merge: %s", uid, exc)
             return False
@@ -342,3 +361,42 @@ class RoundEngine:
         if flat.buffer is not row:
             row[:] = flat.buffer
         return True
+
+    # -------------------------------------------------------------- pulling
+    async def _pull(
+        self, uid: str, digest: bytes, *, spare: np.ndarray | None = None, keep: bool = False
+    ) -> FlatState:
+        """The model ``digest`` from ``uid``: over its data plane when it has one, else (or when that
+        fails) through the broker. ``keep``: keep it servable here."""
+        endpoint = await self._endpoint(uid) if self.dataplane is not None else None
+        if endpoint is not None and self.dataplane is not None:
+            try:
+                flat, manifest = await self.dataplane.fetch(
+                    endpoint, digest, spare=spare, idle_timeout=self.fetch_timeout
+                )
+            except TransferError as exc:
+                log.warning("pulling from %s through the broker: its data plane failed: %s", uid, exc)
+                self._endpoints.pop(uid, None)
+            else:
+                if keep:
+                    self.holder.keep(flat, manifest)
+                return flat
+        return await fetch_state(
+            self.bus,
+            uid,
+            digest,
+            spare=spare,
+            idle_timeout=self.fetch_timeout,
+            keep=self.holder if keep else None,
+        )
+
+    async def _endpoint(self, uid: str) -> Endpoint | None:
+        """The data plane ``uid`` registered (looked up once), or None."""
+        if uid not in self._endpoints:
+            try:
+                node = await self.ledger.query("node", uid=uid, timeout=self.fetch_timeout)
+            except BusError as exc:
+                log.info("no data plane address for %s: %s", uid, exc)
+                return None
+            self._endpoints[uid] = parse_address(node.get("address") if isinstance(node, dict) else None)
+        return self._endpoints[uid]
