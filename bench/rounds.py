@@ -28,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import MB, ROOT, loopback_tcp_rate, make_row, print_rows
 from bench.processes import Processes, cpu_seconds, descendants
 from bench.swarm_setup import start_sl, start_sn
+from contracts.block import decode_block
+from contracts.ledger import Ledger
 from daemons.sl.roundtimes import parse_steps
+from wire import decode_envelope
 
 __all__ = ["SwarmRun", "measure", "round_latency", "run", "step_medians", "swarm_rounds"]
 
@@ -60,6 +63,11 @@ class SwarmRun:
     cpu_broker: float
     cpu_total: float
     steps: dict[str, float]
+    blocks: int  # blocks the SN sealed with a round.* or contract.progress transaction
+
+    def blocks_note(self, rounds: int) -> str:
+        """Durable writes of the ledger per sync round."""
+        return f"SN blocks per round {self.blocks / rounds:.1f}"
 
     def cpu_note(self) -> str:
         """CPU seconds by process kind: the SN, its mosquitto, and the SL+ML pairs."""
@@ -94,7 +102,21 @@ def swarm_rounds(
         cpu_broker = sum(cpu_seconds(pid) for pid in descendants(sn))
     nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
     steps = step_medians([procs.output(name) for name in names])
-    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, steps)
+    blocks = round_blocks(ws / "sn" / "ledger.db")
+    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, steps, blocks)
+
+
+def round_blocks(path: Path) -> int:
+    """How many blocks of the ledger at ``path`` hold a sync-round or progress transaction."""
+    ledger = Ledger.open(path, verifier=None)
+    try:
+        count = 0
+        for raw in ledger.raw_blocks(0):
+            kinds = {decode_envelope(tx, what="tx").kind for tx in decode_block(raw).txs}
+            count += any(k.startswith("tx:round.") or k == "tx:contract.progress" for k in kinds)
+        return count
+    finally:
+        ledger.close()
 
 
 def step_medians(logs: list[str]) -> dict[str, float]:
@@ -134,7 +156,7 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
         "latency_s": round_latency(swarm.nodes),
         "floor_s": floor,
         "rounds": rounds,
-        "cpu": swarm.cpu_note(),
+        "cpu": f"{swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
         "steps": steps_note(swarm.steps),
     }
 

@@ -94,6 +94,7 @@ class RoundEngine:
         self.rounds_led = 0
         self.rounds_done = 0
         self._timer = RoundTimer()
+        self._merged_round: int | None = None  # the round this node's merge was recorded for, last
 
     @property
     def uid(self) -> str:
@@ -185,8 +186,11 @@ class RoundEngine:
             number = int(receipt["round"])
             timer.mark("checkin")
             log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
-            view = await self.ledger.query("contract.rounds", name=self.contract)
-            timer.mark("query")
+            # The watch was subscribed before the checkin, so the events of its block and of every later
+            # one arrive; only a resent checkin (its first answer lost) reads the rounds again.
+            view: dict[str, Any] = {}
+            if receipt.get("duplicate"):
+                view = await self.ledger.query("contract.rounds", name=self.contract)
             leading: asyncio.Task[None] | None = None
             try:
                 while True:
@@ -230,7 +234,8 @@ class RoundEngine:
             if self.uid not in (rnd.get("participants") or []):
                 log.warning("round %d closed without this node; continuing with its own model", number)
                 return RoundResult(own, digest, number, merged=False), leading
-            if rnd.get("leader") == self.uid and (leading is None or leading.done()):
+            idle = leading is None or leading.done()
+            if rnd.get("leader") == self.uid and idle and self._merged_round != number:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
             return None, leading
         if status == "ABANDONED":
@@ -311,6 +316,7 @@ class RoundEngine:
             },
         )
         timer.mark("merged_tx")
+        self._merged_round = number
         self.rounds_led += 1
         log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
 
