@@ -151,3 +151,19 @@ async def test_with_certificates_only_the_swarms_nodes_get_models(tmp_path: Path
         finally:
             for c in (member, stranger, plain):
                 await c.close()
+
+
+async def test_a_merged_model_is_sent_as_soon_as_the_leader_announces_it() -> None:
+    holder = _holder()
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        client = DataPlaneClient("sl-2")
+        try:
+            early = asyncio.create_task(client.fetch_result(server.endpoint("127.0.0.1"), "c1", 3))
+            await asyncio.sleep(0.2)
+            assert not early.done()  # nothing merged yet: the request waits
+            manifest = _held(holder, _model(seed=3))
+            holder.announce("c1", 3, manifest.digest)
+            got, got_manifest = await early
+            assert got_manifest.digest == manifest.digest and got.total == manifest.total
+        finally:
+            await client.close()

@@ -43,7 +43,7 @@ from contracts.machine import apply, genesis_transactions
 from contracts.state import EMPTY_STATE, State
 from contracts.tx import KINDS, Rejection, Tx, tx_from_envelope
 from contracts.views import QUERIES, QueryError, query
-from daemons.sl.dataplane import decode_reply, decode_request, encode_request
+from daemons.sl.dataplane import decode_reply, decode_request, encode_request, encode_result_request
 from swci.commands import Command
 from swci.completion import suggest
 from swci.errors import ScriptError, SwciSyntaxError
@@ -311,18 +311,19 @@ def test_frames_decode_or_raise_codec_errors(data: bytes) -> None:
 
 # ------------------------------------------------------------------------------- the data plane
 
-DP_REQUEST = encode_request(bytes(range(32)), "sl-2")
+DP_REQUESTS = [encode_request(bytes(range(32)), "sl-2"), encode_result_request("c1", 7, "sl-2")]
 DP_REPLY = encode_frame_head({"op": "state", "manifest": MANIFEST}, MANIFEST["total"])
 
 
 @FUZZ
-@given(st.binary(max_size=200) | mutated(DP_REQUEST))
+@given(st.binary(max_size=200) | st.sampled_from(DP_REQUESTS).flatmap(mutated))
 @target("data plane: requests from peers")
 def test_data_plane_requests_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
         length = header_length(data[:4].ljust(4, b"\0"))
-        digest, sender = decode_request(data[4 : 4 + length])
-        assert len(digest) == 32 and sender
+        request = decode_request(data[4 : 4 + length])
+        assert request.sender
+        assert (request.digest is None) != (request.contract is None and request.round is None)
 
 
 @FUZZ

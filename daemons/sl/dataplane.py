@@ -7,7 +7,9 @@ buffer; it checks every chunk against the manifest and the manifest against the 
 recorded, as for a transfer through the broker (``daemons/bus/transfer.py``), which stays the fallback.
 
 Frames (both ways): ``u32 length | msgpack header | raw payload`` as on the local socket
-(``wire/frames.py``). Request header ``{op: "get", digest: bytes, sender: str}``, no payload; reply
+(``wire/frames.py``). Request header ``{op: "get", digest: bytes, sender: str}`` (a held model), or
+``{op: "result", contract: str, round: int, sender: str}`` (the model the server merges for that round,
+sent once it has it: participants pull it while the leader records its digest); no payload. Reply
 ``{op: "state", manifest: <manifest body>}`` + ``total`` bytes, or ``{op: "error", message}``.
 A connection carries one request at a time and is kept for the next.
 """
@@ -34,6 +36,7 @@ from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_bod
 __all__ = [
     "DataPlaneClient",
     "DataPlaneServer",
+    "DataRequest",
     "Endpoint",
     "decode_reply",
     "decode_request",
@@ -47,6 +50,8 @@ _SEND_SLICE = 4 << 20
 _REQUEST_TIMEOUT = 30.0  # an idle connection waits this long for its next request
 _DIGEST_BYTES = 32
 _MAX_UID = 256
+_MAX_ROUND = 2**53
+RESULT_WAIT = 60.0  # how long a server waits for the merged model of a round it was asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +79,45 @@ def parse_address(text: object) -> Endpoint | None:
 
 
 # ------------------------------------------------------------------------------------------- frames
+@dataclass(frozen=True, slots=True)
+class DataRequest:
+    """A model asked for: a held one by ``digest``, or the merged model of ``contract`` round ``round``."""
+
+    sender: str
+    digest: bytes | None = None
+    contract: str | None = None
+    round: int | None = None
+
+
 def encode_request(digest: bytes, sender: str) -> bytes:
-    """A request for the model ``digest``."""
+    """A request for the held model ``digest``."""
     return encode_frame_head({"op": "get", "digest": digest, "sender": sender})
 
 
-def decode_request(data: bytes) -> tuple[bytes, str]:
-    """``(digest, sender)`` of a request header; CodecError naming what is wrong."""
+def encode_result_request(contract: str, number: int, sender: str) -> bytes:
+    """A request for the model the server merges for round ``number`` of ``contract``."""
+    return encode_frame_head({"op": "result", "contract": contract, "round": number, "sender": sender})
+
+
+def decode_request(data: bytes) -> DataRequest:
+    """A request header, checked; CodecError naming what is wrong."""
     header = decode_header(data)
-    digest, sender = header.get("digest"), header.get("sender")
-    if header["op"] != "get" or payload_size(header) != 0:
-        raise CodecError(f"data plane request: op {header['op']!r} with a payload; expected 'get'")
-    if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
-        raise CodecError(f"data plane request: 'digest' must be {_DIGEST_BYTES} bytes")
+    op, sender = header["op"], header.get("sender")
+    if op not in ("get", "result") or payload_size(header) != 0:
+        raise CodecError(f"data plane request: op {op!r} (with no payload) must be 'get' or 'result'")
     if not isinstance(sender, str) or not 0 < len(sender) <= _MAX_UID:
         raise CodecError(f"data plane request: 'sender' must be a uid of 1..{_MAX_UID} characters")
-    return digest, sender
+    if op == "get":
+        digest = header.get("digest")
+        if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
+            raise CodecError(f"data plane request: 'digest' must be {_DIGEST_BYTES} bytes")
+        return DataRequest(sender, digest=digest)
+    contract, number = header.get("contract"), header.get("round")
+    if not isinstance(contract, str) or not 0 < len(contract) <= _MAX_UID:
+        raise CodecError(f"data plane request: 'contract' must be a name of 1..{_MAX_UID} characters")
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 < number <= _MAX_ROUND:
+        raise CodecError(f"data plane request: 'round' must be a round number from 1 to {_MAX_ROUND}")
+    return DataRequest(sender, contract=contract, round=number)
 
 
 def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
@@ -174,16 +202,19 @@ class DataPlaneServer:
 
     async def _answer(self, data: bytes, writer: asyncio.StreamWriter) -> None:
         try:
-            digest, sender = decode_request(data)
+            request = decode_request(data)
         except CodecError as exc:
-            writer.write(encode_frame_head({"op": "error", "message": str(exc)}))
-            await writer.drain()
+            await _refuse(writer, str(exc))
             raise
+        digest = request.digest
+        if digest is None and request.contract is not None and request.round is not None:
+            digest = await self.holder.result(request.contract, request.round, RESULT_WAIT)
+        if digest is None:
+            await _refuse(writer, f"no merged model of round {request.round} here after {RESULT_WAIT:g} s")
+            return
         held = self.holder.held(digest)
         if held is None:
-            message = f"this node does not hold model {digest_hex(digest)}"
-            writer.write(encode_frame_head({"op": "error", "message": message}))
-            await writer.drain()
+            await _refuse(writer, f"this node does not hold model {digest_hex(digest)}")
             return
         flat, manifest = held
         writer.write(encode_frame_head({"op": "state", "manifest": manifest.body()}, nbytes=manifest.total))
@@ -191,7 +222,12 @@ class DataPlaneServer:
         for start in range(0, manifest.total, _SEND_SLICE):
             writer.write(view[start : start + _SEND_SLICE])
             await writer.drain()
-        self.holder.served.setdefault(digest, set()).add(sender)
+        self.holder.served.setdefault(digest, set()).add(request.sender)
+
+
+async def _refuse(writer: asyncio.StreamWriter, message: str) -> None:
+    writer.write(encode_frame_head({"op": "error", "message": message}))
+    await writer.drain()
 
 
 # ------------------------------------------------------------------------------------------- client
@@ -229,6 +265,28 @@ class DataPlaneClient:
         spare: np.ndarray | None = None,
     ) -> tuple[FlatState, Manifest]:
         """The verified model ``digest`` from ``endpoint``; TransferError saying why it failed."""
+        request = encode_request(digest, self.uid)
+        return await self._fetch(endpoint, request, digest, idle_timeout, idle_timeout, max_total, spare)
+
+    async def fetch_result(
+        self, endpoint: Endpoint, contract: str, number: int, *, idle_timeout: float = 10.0
+    ) -> tuple[FlatState, Manifest]:
+        """The model ``endpoint`` merges for round ``number`` of ``contract``, once it has it, verified
+        against its manifest (the caller checks the manifest's digest against the ledger)."""
+        request = encode_result_request(contract, number, self.uid)
+        return await self._fetch(endpoint, request, None, RESULT_WAIT, idle_timeout, MAX_STATE_BYTES, None)
+
+    async def _fetch(
+        self,
+        endpoint: Endpoint,
+        request: bytes,
+        digest: bytes | None,
+        first: float,
+        idle_timeout: float,
+        max_total: int,
+        spare: np.ndarray | None,
+    ) -> tuple[FlatState, Manifest]:
+        what = f"model {digest_hex(digest)}" if digest is not None else "the merged model"
         if endpoint.tls and self.tls is None:
             raise TransferError(f"{endpoint} needs TLS and this node has no certificate")
         if self.tls is not None and not endpoint.tls:
@@ -236,11 +294,11 @@ class DataPlaneClient:
         conn = await self._connection(endpoint)
         async with conn.lock:
             try:
-                return await self._exchange(conn, digest, idle_timeout, max_total, spare)
+                return await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
             except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
                 self._drop(endpoint, conn)
                 why = exc if str(exc) else type(exc).__name__
-                raise TransferError(f"model {digest_hex(digest)} from {endpoint}: {why}") from None
+                raise TransferError(f"{what} from {endpoint}: {why}") from None
             except BaseException:
                 self._drop(endpoint, conn)  # cancelled mid-transfer: the stream is out of step
                 raise
@@ -273,14 +331,23 @@ class DataPlaneClient:
         conn.writer.close()
 
     async def _exchange(
-        self, conn: _Connection, digest: bytes, idle: float, max_total: int, spare: np.ndarray | None
+        self,
+        conn: _Connection,
+        request: bytes,
+        digest: bytes | None,
+        waits: tuple[float, float],
+        max_total: int,
+        spare: np.ndarray | None,
     ) -> tuple[FlatState, Manifest]:
-        conn.writer.write(encode_request(digest, self.uid))
+        """Send ``request``; read the reply's header within ``waits[0]`` s, then the model, with no
+        pause longer than ``waits[1]`` s."""
+        first, idle = waits
+        conn.writer.write(request)
         await conn.writer.drain()
-        async with asyncio.timeout(idle):
+        async with asyncio.timeout(first):
             data = await _read_header(conn.reader)
         manifest = decode_reply(data, max_total=max_total)
-        if manifest.digest != digest:
+        if digest is not None and manifest.digest != digest:
             raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
         reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
         buffer = spare if reuse and spare is not None else np.empty(manifest.total, dtype=np.uint8)

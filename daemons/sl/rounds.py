@@ -24,7 +24,7 @@ from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
 from daemons.sl.roundtimes import RoundTimer
-from wire.tensors import FlatState, TensorSpec
+from wire.tensors import FlatState, Manifest, TensorSpec
 
 __all__ = ["RoundEngine", "RoundResult"]
 
@@ -95,6 +95,7 @@ class RoundEngine:
         self.rounds_done = 0
         self._timer = RoundTimer()
         self._merged_round: int | None = None  # the round this node's merge was recorded for, last
+        self._prefetch: tuple[str, asyncio.Task[tuple[FlatState, Manifest] | None]] | None = None
 
     @property
     def uid(self) -> str:
@@ -202,6 +203,7 @@ class RoundEngine:
                         return result
                     view = await self._next_view(watch)
             finally:
+                await self._stop_prefetch()
                 if leading is not None and not leading.done():
                     leading.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -235,8 +237,11 @@ class RoundEngine:
                 log.warning("round %d closed without this node; continuing with its own model", number)
                 return RoundResult(own, digest, number, merged=False), leading
             idle = leading is None or leading.done()
-            if rnd.get("leader") == self.uid and idle and self._merged_round != number:
+            leader = str(rnd.get("leader") or "")
+            if leader == self.uid and idle and self._merged_round != number:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
+            elif leader and leader != self.uid and not keep_own:
+                await self._start_prefetch(leader, number)
             return None, leading
         if status == "ABANDONED":
             log.warning("round %d was abandoned (%s); continuing with own model", number, rnd.get("reason"))
@@ -246,10 +251,11 @@ class RoundEngine:
         if keep_own and not rnd.get("final"):
             return RoundResult(own, digest, number, merged=False), leading
         self._timer.mark("merged_wait")
-        sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
-        result = await self._load(
-            str(rnd["digest"]), [s for s in sources if s], number, final=bool(rnd.get("final"))
-        )
+        final = bool(rnd.get("final"))
+        result = await self._prefetched(str(rnd["digest"]), number, final=final)
+        if result is None:
+            sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
+            result = await self._load(str(rnd["digest"]), [s for s in sources if s], number, final=final)
         self._timer.mark("load")
         return result, leading
 
@@ -305,6 +311,7 @@ class RoundEngine:
             merged, contributors = await self._merge_round(participants, checkins, own)
         timer.mark("merge")
         manifest = await self.holder.add(merged)
+        self.holder.announce(self.contract, number, manifest.digest)  # participants pull it meanwhile
         timer.mark("hash_merged")
         await self.ledger.submit(
             "round.merged",
@@ -367,6 +374,57 @@ class RoundEngine:
         if flat.buffer is not row:
             row[:] = flat.buffer
         return True
+
+    # ------------------------------------------------------------- prefetch
+    async def _start_prefetch(self, leader: str, number: int) -> None:
+        """Ask ``leader``'s data plane for its merge of round ``number`` now, so that the model is here
+        (or on its way) when the ledger records its digest."""
+        if self.dataplane is None or (self._prefetch is not None and self._prefetch[0] == leader):
+            return
+        await self._stop_prefetch()
+        task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number))
+        self._prefetch = (leader, task)
+
+    async def _prefetch_from(self, leader: str, number: int) -> tuple[FlatState, Manifest] | None:
+        endpoint = await self._endpoint(leader)
+        if endpoint is None or self.dataplane is None:
+            return None
+        try:
+            return await self.dataplane.fetch_result(
+                endpoint, self.contract, number, idle_timeout=self.fetch_timeout
+            )
+        except TransferError as exc:
+            log.info("round %d: no early pull of the merged model from %s: %s", number, leader, exc)
+            return None
+
+    async def _prefetched(self, digest: str, number: int, *, final: bool) -> RoundResult | None:
+        """The merged model pulled early, when it is the one whose digest the ledger recorded."""
+        pending, self._prefetch = self._prefetch, None
+        if pending is None:
+            return None
+        try:
+            async with asyncio.timeout(self.fetch_timeout):
+                got = await pending[1]
+        except TimeoutError:
+            return None
+        if got is None:
+            return None
+        flat, manifest = got
+        if manifest.digest.hex() != digest:
+            log.warning("round %d: %s sent model %s early, the ledger says %s", number, pending[0],
+                        manifest.digest.hex()[:16], digest[:16])  # fmt: skip
+            return None
+        self.holder.keep(flat, manifest)
+        result = RoundResult(flat, digest, number, final=final)
+        self.latest = result
+        return result
+
+    async def _stop_prefetch(self) -> None:
+        pending, self._prefetch = self._prefetch, None
+        if pending is not None and not pending[1].done():
+            pending[1].cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending[1]
 
     # -------------------------------------------------------------- pulling
     async def _pull(
