@@ -1,11 +1,17 @@
 """Sync-round latency with 4 peers for a 1.6 MB and a 45 MB (ResNet-18 size) model, against the floor.
 
 An SN (with mosquitto) and 4 standalone SLs, each running the stand-in ML program (``standin_ml.py``: a
-numpy model, no training time), sync ``ROUNDS`` times. A round's latency is the time between the moments
-the last node got the merged model of round k-1 and of round k (the median over rounds 2..R): check-in on
-the ledger, the leader pulling 3 models through the broker, the mean merge, 3 peers pulling the result,
-and the ML<->SL socket hops. The floor measured in the same run: the 6 model copies any round must move
-(3 to the leader, 3 back) over raw loopback TCP.
+numpy model, no training time, each node changing its model its own way), sync ``ROUNDS`` times. A
+round's latency is the time between the moments the last node got the merged model of round k-1 and of
+round k (the median over rounds 2..R): check-ins and close on the ledger, the leader pulling 3 models
+over the SLs' data plane, the mean merge, 3 peers pulling the result, and the ML<->SL socket hops. The
+floor measured in the same run: the 6 model copies any round must move (3 to the leader, 3 back) over
+raw loopback TCP.
+
+The note says where the time went: the median of every step the SLs log per round
+(``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull, merge, hash_merged,
+merged_tx, merged_wait, load), the CPU seconds by process kind, and how many ledger blocks (durable
+writes) a round took.
 
 Run: ``.venv/bin/python bench/rounds.py``.
 """
