@@ -13,7 +13,7 @@ import pytest
 
 from certs import client_context, init_swarm, server_context
 from daemons.bus.transfer import StateHolder, TransferError
-from daemons.sl.dataplane import DataPlaneClient, DataPlaneServer, Endpoint, parse_address
+from daemons.sl.dataplane import DataPlaneClient, DataPlaneServer, Endpoint, parse_address, serving
 from wire.frames import encode_frame_head
 from wire.tensors import FlatState, Manifest, make_manifest
 
@@ -167,3 +167,18 @@ async def test_a_merged_model_is_sent_as_soon_as_the_leader_announces_it() -> No
             assert got_manifest.digest == manifest.digest and got.total == manifest.total
         finally:
             await client.close()
+
+
+async def test_an_sl_serves_on_the_address_it_reaches_the_broker_from_or_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    holder = _holder()
+    async with serving(holder, "127.0.0.1") as endpoint:
+        assert endpoint is not None and endpoint.host == "127.0.0.1" and not endpoint.tls
+        monkeypatch.setenv("SWARM_DATAPLANE_PORT", str(endpoint.port))
+        async with serving(holder, "127.0.0.1") as taken:
+            assert taken is None  # the port is in use: the broker carries the models
+    for name, value in (("SWARM_DATAPLANE_PORT", "http"), ("SWARM_DATAPLANE", "off")):
+        monkeypatch.setenv(name, value)
+        async with serving(holder, "127.0.0.1") as none:
+            assert none is None

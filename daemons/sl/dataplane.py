@@ -410,13 +410,27 @@ def advertised_host(broker_host: str) -> str:
 async def serving(
     holder: StateHolder, broker_host: str, *, tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[Endpoint | None]:
-    """Run a data plane server for ``holder`` on this host (None when ``SWARM_DATAPLANE=off``)."""
+    """Run a data plane server for ``holder`` on this host; None when ``SWARM_DATAPLANE=off`` or when it
+    cannot listen (then, with a line saying why, every model goes through the broker)."""
     if not enabled():
         yield None
         return
     host = advertised_host(broker_host)
     bind = os.environ.get("SWARM_DATAPLANE_BIND", "").strip() or host
-    async with DataPlaneServer(holder, bind, tls=tls) as server:
-        endpoint = server.endpoint(host)
-        log.info("data plane serves models at %s", endpoint)
+    port_text = os.environ.get("SWARM_DATAPLANE_PORT", "").strip() or "0"
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint: Endpoint | None = None
+        if not (port_text.isdigit() and int(port_text) < 65536):
+            log.error("SWARM_DATAPLANE_PORT=%r is not a port number; models go through the broker", port_text)
+        else:
+            try:
+                server = await stack.enter_async_context(
+                    DataPlaneServer(holder, bind, port=int(port_text), tls=tls)
+                )
+            except OSError as exc:
+                log.error("the data plane cannot listen on %s:%s (%s); models go through the broker",
+                          bind, port_text, exc)  # fmt: skip
+            else:
+                endpoint = server.endpoint(host)
+                log.info("data plane serves models at %s", endpoint)
         yield endpoint

@@ -30,6 +30,7 @@ __all__ = ["RoundEngine", "RoundResult"]
 
 log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
+_DATAPLANE_RETRY = 60.0  # seconds a peer whose data plane failed is pulled from through the broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class RoundEngine:
         self.fetch_timeout = fetch_timeout
         self.dataplane = dataplane
         self._endpoints: dict[str, Endpoint | None] = {}
+        self._retry_at: dict[str, float] = {}
         self.latest: RoundResult | None = None
         self.rounds_led = 0
         self.rounds_done = 0
@@ -440,7 +442,8 @@ class RoundEngine:
                 )
             except TransferError as exc:
                 log.warning("pulling from %s through the broker: its data plane failed: %s", uid, exc)
-                self._endpoints.pop(uid, None)
+                self._endpoints[uid] = None  # the broker for a while; then its address is read again
+                self._retry_at[uid] = asyncio.get_running_loop().time() + _DATAPLANE_RETRY
             else:
                 if keep:
                     self.holder.keep(flat, manifest)
@@ -455,7 +458,10 @@ class RoundEngine:
         )
 
     async def _endpoint(self, uid: str) -> Endpoint | None:
-        """The data plane ``uid`` registered (looked up once), or None."""
+        """The data plane ``uid`` registered (looked up once, and again a while after it failed), or None."""
+        retry_at = self._retry_at.get(uid)
+        if retry_at is not None and asyncio.get_running_loop().time() >= retry_at:
+            del self._retry_at[uid], self._endpoints[uid]
         if uid not in self._endpoints:
             try:
                 node = await self.ledger.query("node", uid=uid, timeout=self.fetch_timeout)
