@@ -182,3 +182,16 @@ async def test_an_sl_serves_on_the_address_it_reaches_the_broker_from_or_falls_b
         monkeypatch.setenv(name, value)
         async with serving(holder, "127.0.0.1") as none:
             assert none is None
+
+
+async def test_a_server_closes_while_a_peer_waits_for_a_merge() -> None:
+    holder = _holder()
+    client = DataPlaneClient("sl-2")
+    try:
+        async with DataPlaneServer(holder, "127.0.0.1") as server:
+            early = asyncio.create_task(client.fetch_result(server.endpoint("127.0.0.1"), "c1", 9))
+            await asyncio.sleep(0.2)
+        with pytest.raises(TransferError):
+            await asyncio.wait_for(early, 10)
+    finally:
+        await client.close()

@@ -169,8 +169,9 @@ class DataPlaneServer:
     async def __aexit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.close()
-            for writer in list(self._handlers.values()):  # the handlers see the connection end
+            for task, writer in list(self._handlers.items()):
                 writer.transport.abort()
+                task.cancel()  # one may be waiting for a merge, not reading
             await asyncio.gather(*self._handlers, return_exceptions=True)
             await self._server.wait_closed()
 
@@ -190,6 +191,10 @@ class DataPlaneServer:
                 await self._answer(data, writer)
         except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, ssl.SSLError):
             pass  # the peer closed, went quiet or broke the connection: nothing to answer
+        except asyncio.CancelledError:
+            # The server closes. Ending normally keeps asyncio's stream callback (3.11) from logging the
+            # cancelled handler as an error; nothing waits on this task but __aexit__.
+            pass
         except CodecError as exc:
             log.warning("data plane: dropped a bad request from %s: %s", peer, exc)
         except OSError as exc:
