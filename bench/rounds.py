@@ -1,11 +1,17 @@
 """Sync-round latency with 4 peers for a 1.6 MB and a 45 MB (ResNet-18 size) model, against the floor.
 
 An SN (with mosquitto) and 4 standalone SLs, each running the stand-in ML program (``standin_ml.py``: a
-numpy model, no training time), sync ``ROUNDS`` times. A round's latency is the time between the moments
-the last node got the merged model of round k-1 and of round k (the median over rounds 2..R): check-in on
-the ledger, the leader pulling 3 models through the broker, the mean merge, 3 peers pulling the result,
-and the ML<->SL socket hops. The floor measured in the same run: the 6 model copies any round must move
-(3 to the leader, 3 back) over raw loopback TCP.
+numpy model, no training time, each node changing its model its own way), sync ``ROUNDS`` times. A
+round's latency is the time between the moments the last node got the merged model of round k-1 and of
+round k (the median over rounds 2..R): check-ins and close on the ledger, the leader pulling 3 models
+over the SLs' data plane, the mean merge, 3 peers pulling the result, and the ML<->SL socket hops. The
+floor measured in the same run: the 6 model copies any round must move (3 to the leader, 3 back) over
+raw loopback TCP.
+
+The note says where the time went: the median of every step the SLs log per round
+(``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull, merge, hash_merged,
+merged_tx, merged_wait, load), the CPU seconds by process kind, and how many ledger blocks (durable
+writes) a round took.
 
 Run: ``.venv/bin/python bench/rounds.py``.
 """
@@ -28,8 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import MB, ROOT, loopback_tcp_rate, make_row, print_rows
 from bench.processes import Processes, cpu_seconds, descendants
 from bench.swarm_setup import start_sl, start_sn
+from contracts.block import decode_block
+from contracts.ledger import Ledger
+from daemons.sl.roundtimes import parse_steps
+from wire import decode_envelope
 
-__all__ = ["SwarmRun", "measure", "round_latency", "run", "swarm_rounds"]
+__all__ = ["SwarmRun", "measure", "round_latency", "run", "step_medians", "swarm_rounds"]
 
 STANDIN = ROOT / "bench" / "standin_ml.py"
 PEERS = 4
@@ -58,6 +68,12 @@ class SwarmRun:
     cpu_sn: float
     cpu_broker: float
     cpu_total: float
+    steps: dict[str, float]
+    blocks: int  # blocks the SN sealed with a round.* or contract.progress transaction
+
+    def blocks_note(self, rounds: int) -> str:
+        """Durable writes of the ledger per sync round."""
+        return f"SN blocks per round {self.blocks / rounds:.1f}"
 
     def cpu_note(self) -> str:
         """CPU seconds by process kind: the SN, its mosquitto, and the SL+ML pairs."""
@@ -98,7 +114,41 @@ def swarm_rounds(
         cpu_sn = cpu_seconds(sn)
         cpu_broker = sum(cpu_seconds(pid) for pid in descendants(sn))
     nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
-    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before)
+    steps = step_medians([procs.output(name) for name in names])
+    blocks = round_blocks(ws / "sn" / "ledger.db")
+    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, steps, blocks)
+
+
+def round_blocks(path: Path) -> int:
+    """How many blocks of the ledger at ``path`` hold a sync-round or progress transaction."""
+    ledger = Ledger.open(path, verifier=None)
+    try:
+        count = 0
+        for raw in ledger.raw_blocks(0):
+            kinds = {decode_envelope(tx, what="tx").kind for tx in decode_block(raw).txs}
+            count += any(k.startswith("tx:round.") or k == "tx:contract.progress" for k in kinds)
+        return count
+    finally:
+        ledger.close()
+
+
+def step_medians(logs: list[str]) -> dict[str, float]:
+    """The median milliseconds of every round step the SLs logged (``daemons/sl/roundtimes.py``), over
+    rounds 2.. and over nodes (a leader's steps come from the leaders only)."""
+    found: dict[str, list[float]] = {}
+    for text in logs:
+        for line in text.splitlines():
+            parsed = parse_steps(line)
+            if parsed is None or parsed[0] < 2:
+                continue
+            for name, ms in parsed[1].items():
+                found.setdefault(name, []).append(ms)
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
+def steps_note(steps: dict[str, float]) -> str:
+    """``step ms`` of every step, in the order a round runs them."""
+    return ", ".join(f"{name} {ms:.1f}" for name, ms in steps.items())
 
 
 def round_latency(nodes: list[dict[str, Any]]) -> float:
@@ -119,7 +169,8 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
         "latency_s": round_latency(swarm.nodes),
         "floor_s": floor,
         "rounds": rounds,
-        "cpu": swarm.cpu_note(),
+        "cpu": f"{swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
+        "steps": steps_note(swarm.steps),
     }
 
 
@@ -132,7 +183,8 @@ def run() -> list[dict[str, Any]]:
             make_row(
                 f"sync round, {PEERS} peers, {model_mb:g} MB model", m["latency_s"] * 1000, "ms",
                 "6 model copies over raw loopback TCP", m["floor_s"] * 1000,
-                note=f"median of rounds 2..{rounds}; SN, mosquitto, 4 SL + stand-in ML; {m['cpu']}",
+                note=f"median of rounds 2..{rounds}; SN, mosquitto, 4 SL + stand-in ML; {m['cpu']}; "
+                f"steps (median ms): {m['steps']}",
             )
         )  # fmt: skip
     return rows

@@ -69,9 +69,10 @@ def main() -> None:
     callback = NumpyCallback(1, int(env.get("MIN_PEERS", "2")), model=model, totalEpochs=1, **secure)
     callback.on_train_begin()
     sync_s, done = [], []
+    seed = int(env.get("SEED", "0"))
     for _ in range(rounds):
         time.sleep(work)
-        model["layer0.weight"][:64] += 0.01  # the local model changes between syncs
+        model["layer0.weight"][:64] += 0.01 * (seed + 1)  # each node's model changes its own way
         model["steps"] += 1
         start = time.perf_counter()
         callback.on_batch_end()

@@ -233,11 +233,14 @@ class Ledger:
         sealer_uid: str,
         now: float,
         replicate: Callable[[int, bytes], None] | None = None,
+        follow_up: Callable[[State, float], Sequence[bytes]] | None = None,
     ) -> SealResult:
         """Apply ``envelopes`` in order and commit the accepted ones as ONE new block.
 
         ``replicate(height, raw)``, when given, must put the new block in a replicated log before it is
         stored here; if it raises, nothing is stored (and the exception propagates).
+        ``follow_up(state, time)``, when given, names more envelopes (the sealer's own, due in the state
+        the batch gave) to apply after them into the same block; their results are not returned.
 
         Each envelope is decoded (its signature verified when the ledger has a verifier), checked for
         an exact duplicate, and applied; any problem rejects that envelope only. The block time is
@@ -256,6 +259,11 @@ class Ledger:
         height = self.height + 1
         old = self._state
         state, accepted, results = self._evaluate(envelopes, height, time)
+        if follow_up is not None and accepted:
+            extra = follow_up(state, time)
+            if extra:
+                state, more, _ = self._evaluate(extra, height, time, state=state, index=len(accepted))
+                accepted += more
         if not accepted:
             return SealResult(None, None, time, results, ())
         block = make_block(height, self.head_hash, time, sealer_uid, accepted, sealer)
@@ -266,12 +274,20 @@ class Ledger:
         return SealResult(height, block.hash, time, results, tuple(changed_entities(old, state)), block.raw)
 
     def _evaluate(
-        self, envelopes: Sequence[bytes], height: int, time: float
+        self,
+        envelopes: Sequence[bytes],
+        height: int,
+        time: float,
+        *,
+        state: State | None = None,
+        index: int = 0,
     ) -> tuple[State, list[bytes], tuple[Accepted | Rejection, ...]]:
+        """Apply ``envelopes`` to ``state`` (default: the head's) as transactions ``index``.. of block
+        ``height``."""
         hashes = [tx_hash(bytes(raw)) for raw in envelopes]
         stored = self._store.tx_locations(hashes)
         seen: set[bytes] = set()
-        state = self._state
+        state = self._state if state is None else state
         accepted: list[bytes] = []
         results: list[Accepted | Rejection] = []
         for raw, digest in zip(envelopes, hashes, strict=True):
@@ -282,7 +298,7 @@ class Ledger:
                     outcome = tried
                 else:
                     state, tx = tried
-                    outcome = Accepted(height, len(accepted), digest, receipt(state, tx))
+                    outcome = Accepted(height, index + len(accepted), digest, receipt(state, tx))
                     accepted.append(bytes(raw))
                     seen.add(digest)
             results.append(outcome)

@@ -21,6 +21,7 @@ __all__ = [
     "checkin",
     "close",
     "close_due_at",
+    "completes_round",
     "expected_members",
     "failed",
     "is_online",
@@ -125,6 +126,20 @@ def close_due_at(state: State, name: str) -> float | None:
     if count >= rules.min_peers and rnd.quorum_at is not None:
         return rnd.quorum_at + rules.quorum_wait
     return None
+
+
+def completes_round(state: State, name: str, senders: Iterable[str]) -> bool:
+    """Whether check-ins of ``senders`` would let the open round of ``name`` close at once: every
+    expected member in, and ``min_peers`` of them (or it is the final round)."""
+    contract = state.contracts.get(name)
+    rnd = _book(state, name).open
+    if contract is None or rnd is None:
+        return False
+    expected = expected_members(state, contract)
+    members = {m.uid for m in expected}
+    uids = set(rnd.checkins) | (set(senders) & members)
+    all_in = bool(members) and members <= uids
+    return all_in and (rnd.final or len(uids) >= round_rules(expected).min_peers)
 
 
 def checkin(state: State, tx: Tx) -> State:

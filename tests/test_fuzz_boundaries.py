@@ -43,6 +43,7 @@ from contracts.machine import apply, genesis_transactions
 from contracts.state import EMPTY_STATE, State
 from contracts.tx import KINDS, Rejection, Tx, tx_from_envelope
 from contracts.views import QUERIES, QueryError, query
+from daemons.sl.dataplane import decode_reply, decode_request, encode_request, encode_result_request
 from swci.commands import Command
 from swci.completion import suggest
 from swci.errors import ScriptError, SwciSyntaxError
@@ -306,6 +307,33 @@ def test_frames_decode_or_raise_codec_errors(data: bytes) -> None:
         header = decode_header(data[4 : 4 + length])
         size = payload_size(header)
         layout_from_wire(header.get("layout"), size, what="fuzz")
+
+
+# ------------------------------------------------------------------------------- the data plane
+
+DP_REQUESTS = [encode_request(bytes(range(32)), "sl-2"), encode_result_request("c1", 7, "sl-2")]
+DP_REPLY = encode_frame_head({"op": "state", "manifest": MANIFEST}, MANIFEST["total"])
+
+
+@FUZZ
+@given(st.binary(max_size=200) | st.sampled_from(DP_REQUESTS).flatmap(mutated))
+@target("data plane: requests from peers")
+def test_data_plane_requests_decode_or_raise_codec_errors(data: bytes) -> None:
+    with contextlib.suppress(CodecError):
+        length = header_length(data[:4].ljust(4, b"\0"))
+        request = decode_request(data[4 : 4 + length])
+        assert request.sender
+        assert (request.digest is None) != (request.contract is None and request.round is None)
+
+
+@FUZZ
+@given(st.binary(max_size=400) | mutated(DP_REPLY))
+@target("data plane: replies of peers")
+def test_data_plane_replies_decode_or_raise_codec_errors(data: bytes) -> None:
+    with contextlib.suppress(CodecError):
+        length = header_length(data[:4].ljust(4, b"\0"))
+        manifest = decode_reply(data[4 : 4 + length], max_total=1 << 20)
+        assert manifest.total <= 1 << 20
 
 
 # ------------------------------------------------------------------------------------------- files

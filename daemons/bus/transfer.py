@@ -30,7 +30,7 @@ from wire.tensors import (
     manifest_from_body,
 )
 
-__all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "fetch_state", "publish_state"]
+__all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "digest_hex", "fetch_state", "publish_state"]
 
 log = logging.getLogger("swarm.transfer")
 FETCH_METHOD = "fetch"
@@ -60,6 +60,33 @@ class StateHolder:
         self._held: OrderedDict[bytes, _Held] = OrderedDict()
         self._capacity = capacity
         self.served: dict[bytes, set[str]] = {}
+        self._results: OrderedDict[tuple[str, int], asyncio.Future[bytes]] = OrderedDict()
+
+    def _result(self, contract: str, number: int) -> asyncio.Future[bytes]:
+        key = (contract, number)
+        future = self._results.get(key)
+        if future is None:
+            future = self._results[key] = asyncio.get_running_loop().create_future()
+            while len(self._results) > 2 * self._capacity:
+                self._results.popitem(last=False)
+        return future
+
+    def announce(self, contract: str, number: int, digest: bytes) -> None:
+        """This node merged round ``number`` of ``contract`` into the held model ``digest`` (before the
+        ledger records it: whoever takes it checks it against the ledger's digest)."""
+        future = self._result(contract, number)
+        if not future.done():
+            future.set_result(digest)
+
+    async def result(self, contract: str, number: int, timeout: float) -> bytes | None:
+        """The digest of the merged model of round ``number`` once this node announces it, or None when
+        that does not happen within ``timeout`` seconds."""
+        future = self._result(contract, number)
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            return None
 
     async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
         """Hash ``flat`` (off the event loop) and keep it servable; returns its manifest."""
@@ -78,6 +105,11 @@ class StateHolder:
         """The held state with ``digest``, if any."""
         held = self._held.get(digest)
         return held.flat if held is not None else None
+
+    def held(self, digest: bytes) -> tuple[FlatState, Manifest] | None:
+        """The held state with ``digest`` and its manifest, if any."""
+        held = self._held.get(digest)
+        return (held.flat, held.manifest) if held is not None else None
 
     async def handle_fetch(self, request: Request) -> dict[str, Any]:
         """RPC handler for ``fetch``: start publishing and answer with the sizes."""

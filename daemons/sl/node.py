@@ -13,13 +13,15 @@ import logging
 import os
 import shutil
 import socket
+import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from certs import client_context, server_context
 from daemons.attachment import Attachment
-from daemons.bus import Bus, Request, RpcError
+from daemons.bus import Bus, BusError, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
 from daemons.debug import install_task_dump
@@ -27,6 +29,7 @@ from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient, Patience
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
+from daemons.sl.dataplane import DataPlaneClient, serving
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
@@ -65,6 +68,8 @@ class SLNode:
         self.session: MLSession | None = None
         self.holder: StateHolder | None = None
         self.secure: SecureRounds | None = None
+        self.dataplane: DataPlaneClient | None = None
+        self._address = ""
         self._stop = asyncio.Event()
 
     def _bus(self) -> Bus:
@@ -87,22 +92,43 @@ class SLNode:
                 refused: set[str] = set()
                 bus.refused = refused
                 bus.spawn(follow_revocations(ledger, refused), "revocations")
-                attachment = Attachment(ledger, self._registration(bus))
-                await attachment.attach(strict=True)
                 self.holder = StateHolder(bus)
-                self.secure = SecureRounds(bus, self.holder, ledger_lookup(ledger))
-                bus.serve(self._rpc)
-                self.session = MLSession(
-                    ledger, self._engine_factory(bus, ledger), self.options.settings, attachment
-                )
-                async with asyncio.TaskGroup() as group:
-                    keeper = group.create_task(attachment.run(), name="sl.attachment")
+                server_tls, client_tls = self._dataplane_tls()
+                async with serving(
+                    self.holder, bus.broker.host, tls=server_tls, check=self._may_serve
+                ) as endpoint:
+                    self._address = "" if endpoint is None else str(endpoint)
+                    self.dataplane = DataPlaneClient(bus.uid, tls=client_tls)
                     try:
-                        return await self._run_ml(sock_dir / "sl.sock", ledger)
+                        return await self._attached(bus, ledger, sock_dir)
                     finally:
-                        keeper.cancel()
+                        await self.dataplane.close()
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
+
+    async def _attached(self, bus: Bus, ledger: LedgerClient, sock_dir: Path) -> int:
+        """Registered, serving models, running the ML program to its end."""
+        attachment = Attachment(ledger, self._registration(bus))
+        await attachment.attach(strict=True)
+        assert self.holder is not None  # noqa: S101 - run() creates it first
+        self.secure = SecureRounds(bus, self.holder, ledger_lookup(ledger))
+        bus.serve(self._rpc)
+        self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings, attachment)
+        async with asyncio.TaskGroup() as group:
+            keeper = group.create_task(attachment.run(), name="sl.attachment")
+            try:
+                return await self._run_ml(sock_dir / "sl.sock", ledger)
+            finally:
+                keeper.cancel()
+
+    def _dataplane_tls(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """Mutual TLS with the node certificate for the data plane (server, client), when there is one."""
+        ident = self.options.identity
+        if ident is None:
+            return None, None
+        server = server_context(ident.cert, ident.key, ident.ca)
+        client = client_context(ident.cert, ident.key, ident.ca, check_hostname=False)
+        return server, client
 
     def _registration(self, bus: Bus) -> dict[str, Any]:
         opts = self.options
@@ -110,7 +136,7 @@ class SLNode:
             "role": "sl",
             "parent": opts.parent,
             "host": socket.gethostname(),
-            "address": "",
+            "address": self._address,
             "pid": os.getpid(),
             "meta": {"program": opts.ml.command, **opts.meta},
             "session": bus.session,
@@ -130,6 +156,7 @@ class SLNode:
                 merge_options=options,
                 max_update_norm=max_update_norm,
                 secure=self.secure if secure else None,
+                dataplane=self.dataplane,
             )
 
         return make
@@ -147,6 +174,16 @@ class SLNode:
         if request.method == SECAGG_METHOD and self.secure is not None:
             return await self.secure.handle(request)
         raise RpcError("unknown-method", f"the SL has no method {request.method!r}")
+
+    async def _may_serve(self, digest: bytes, sender: str, identity: str | None) -> str | None:
+        """The data plane's check: the same rule as a fetch over the bus (``RoundEngine.may_fetch``)."""
+        engine = self.session.engine if self.session is not None else None
+        if engine is None:
+            return None
+        try:
+            return await engine.may_fetch(digest, sender, identity=identity)
+        except BusError as exc:  # the ledger could not say who may: refuse, the requester can retry
+            return f"cannot check who may fetch model {digest.hex()[:16]} now: {exc}"
 
     async def _run_ml(self, sock: Path, ledger: LedgerClient) -> int:
         from daemons.sl.local_server import LocalServer  # noqa: PLC0415 - keeps import light for --help

@@ -21,16 +21,19 @@ import numpy as np
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
+from daemons.sl.dataplane import DataPlaneClient, Endpoint, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
+from daemons.sl.roundtimes import RoundTimer
 from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
 from daemons.sl.secure_round import SecureRounds, round_info
 from daemons.sl.secure_round import lead as lead_secure
-from wire.tensors import FlatState, TensorSpec, make_manifest
+from wire.tensors import FlatState, Manifest, TensorSpec, make_manifest
 
 __all__ = ["RoundEngine", "RoundResult"]
 
 log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
+_DATAPLANE_RETRY = 60.0  # seconds a peer whose data plane failed is pulled from through the broker
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,7 @@ class RoundEngine:
         max_update_norm: float = 0.0,
         fetch_timeout: float = 10.0,
         secure: SecureRounds | None = None,
+        dataplane: DataPlaneClient | None = None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
@@ -129,10 +133,16 @@ class RoundEngine:
         self.max_update_norm = max_update_norm
         self.fetch_timeout = fetch_timeout
         self.secure = secure  # secure aggregation: own models are offered masked, never served
+        self.dataplane = dataplane
+        self._endpoints: dict[str, Endpoint | None] = {}
+        self._retry_at: dict[str, float] = {}
         self.latest: RoundResult | None = None
         self.checked_in: dict[bytes, int] = {}  # digest of our pre-merge weights -> round number
         self.rounds_led = 0
         self.rounds_done = 0
+        self._timer = RoundTimer()
+        self._merged_round: int | None = None  # the round this node's merge was recorded for, last
+        self._prefetch: tuple[str, asyncio.Task[tuple[FlatState, Manifest] | None]] | None = None
 
     @property
     def uid(self) -> str:
@@ -208,12 +218,14 @@ class RoundEngine:
     async def _take_part(
         self, flat: FlatState, *, samples: int, weight: float, init: bool, keep_own: bool = False
     ) -> RoundResult:
+        timer = self._timer = RoundTimer()
         if self.secure is not None:  # the digest only: the model itself leaves masked (secure_round.py)
             manifest = await asyncio.to_thread(make_manifest, flat, "held")
         else:
             manifest = await self.holder.add(flat)
         digest = manifest.digest.hex()
         public = self.latest is not None and self.latest.digest == digest  # a merged model, resent
+        timer.mark("hash")
         body = {
             "contract": self.contract,
             "digest": digest,
@@ -228,8 +240,13 @@ class RoundEngine:
                 self.secure.offer(self.contract, number, flat)
             held = {d: n for d, n in self.checked_in.items() if self.holder.get(d) is not None}
             self.checked_in = {**held, manifest.digest: number} if not public else held
+            timer.mark("checkin")
             log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
-            view = await self.ledger.query("contract.rounds", name=self.contract)
+            # The watch was subscribed before the checkin, so the events of its block and of every later
+            # one arrive; only a resent checkin (its first answer lost) reads the rounds again.
+            view: dict[str, Any] = {}
+            if receipt.get("duplicate"):
+                view = await self.ledger.query("contract.rounds", name=self.contract)
             leading: asyncio.Task[None] | None = None
             try:
                 while True:
@@ -237,9 +254,11 @@ class RoundEngine:
                     result, leading = await self._step(rnd, number, flat, digest, keep_own, leading)
                     if result is not None:
                         self.rounds_done += 1
+                        timer.report(number)
                         return result
                     view = await self._next_view(watch, number)
             finally:
+                await self._stop_prefetch()
                 if leading is not None and not leading.done():
                     leading.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -271,12 +290,18 @@ class RoundEngine:
         if rnd is None:
             return None, leading
         status = rnd.get("status")
+        if status != "OPEN" and "close_wait" not in self._timer.steps:
+            self._timer.mark("close_wait")
         if status == "CLOSED":
             if self.uid not in (rnd.get("participants") or []):
                 log.warning("round %d closed without this node; continuing with its own model", number)
                 return RoundResult(own, digest, number, merged=False), leading
-            if rnd.get("leader") == self.uid and (leading is None or leading.done()):
+            idle = leading is None or leading.done()
+            leader = str(rnd.get("leader") or "")
+            if leader == self.uid and idle and self._merged_round != number:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
+            elif leader and leader != self.uid and not keep_own:
+                await self._start_prefetch(leader, number)
             return None, leading
         if status == "ABANDONED":
             log.warning("round %d was abandoned (%s); continuing with own model", number, rnd.get("reason"))
@@ -285,10 +310,13 @@ class RoundEngine:
             return None, leading
         if keep_own and not rnd.get("final"):
             return RoundResult(own, digest, number, merged=False), leading
-        sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
-        result = await self._load(
-            str(rnd["digest"]), [s for s in sources if s], number, final=bool(rnd.get("final"))
-        )
+        self._timer.mark("merged_wait")
+        final = bool(rnd.get("final"))
+        result = await self._prefetched(str(rnd["digest"]), number, final=final)
+        if result is None:
+            sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
+            result = await self._load(str(rnd["digest"]), [s for s in sources if s], number, final=final)
+        self._timer.mark("load")
         return result, leading
 
     async def _load(
@@ -302,7 +330,7 @@ class RoundEngine:
             if flat is not None:
                 break
             try:
-                flat = await fetch_state(self.bus, source, raw, keep=self.holder)
+                flat = await self._pull(source, raw, keep=True)
             except TransferError as exc:
                 errors.append(str(exc))
         if flat is None:
@@ -314,15 +342,22 @@ class RoundEngine:
         self.checked_in.pop(raw, None)  # a merged model is anyone's to fetch, even if it equals a row
         return result
 
-    async def may_fetch(self, digest: bytes, requester: str) -> str | None:
+    async def may_fetch(self, digest: bytes, requester: str, *, identity: str | None = None) -> str | None:
         """Why ``requester`` may not fetch ``digest`` from us, or None when it may.
 
         Our pre-merge weights go only to the leader of the round we checked them in to (read from the
-        ledger, so a replacement leader is let in); merged models go to anyone.
+        ledger, so a replacement leader is let in); merged models go to anyone. ``identity``: the CN the
+        requester proved (the data plane's mutual TLS); it must be the identity the ledger binds
+        ``requester`` to. (Over the bus the signed envelope proves the sender.)
         """
         number = self.checked_in.get(digest)
         if number is None or requester == self.uid:
             return None
+        if identity is not None:
+            node = await self.ledger.query("node", uid=requester)
+            bound = node.get("identity") if isinstance(node, dict) else None
+            if bound != identity:
+                return f"{requester!r} belongs to identity {bound!r}, not to the certificate {identity!r}"
         refusal = None
         for attempt in range(2):  # our SN may not have seen the round close yet: read again once
             if attempt:
@@ -347,8 +382,10 @@ class RoundEngine:
                 await self._fail(number, _CannotMerge(f"{type(exc).__name__}: {exc}", []))
 
     async def _lead(self, number: int, own: FlatState) -> None:
+        timer = self._timer
         view = await self.ledger.query("contract.rounds", name=self.contract)
         rnd = _find(view, number)
+        timer.mark("lead_query")
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
             return  # replaced meanwhile
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
@@ -375,8 +412,11 @@ class RoundEngine:
             except _CannotMerge as exc:
                 await self._fail(number, exc)
                 return
+        timer.mark("merge")
         manifest = await self.holder.add(merged)
         self.checked_in.pop(manifest.digest, None)  # what we merged is public, even if it equals a row
+        self.holder.announce(self.contract, number, manifest.digest)  # participants pull it meanwhile
+        timer.mark("hash_merged")
         await self.ledger.submit(
             "round.merged",
             {
@@ -387,6 +427,8 @@ class RoundEngine:
                 "excluded": [e.wire() for e in excluded],
             },
         )
+        timer.mark("merged_tx")
+        self._merged_round = number
         self.rounds_led += 1
         log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
 
@@ -416,6 +458,7 @@ class RoundEngine:
                 for i, uid in enumerate(participants)
             )
         )
+        self._timer.mark("pull")
         excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
         arrived = [i for i, why in enumerate(fetched) if why is None]
         layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
@@ -455,9 +498,7 @@ class RoundEngine:
             row[:] = held.buffer
             return None
         try:
-            flat = await fetch_state(
-                self.bus, uid, bytes.fromhex(digest), spare=row, idle_timeout=self.fetch_timeout
-            )
+            flat = await self._pull(uid, bytes.fromhex(digest), spare=row)
         except (TransferError, BusError) as exc:
             log.warning("leaving %s out of the merge: %s", uid, exc)
             return f"its model could not be fetched: {exc}"
@@ -469,3 +510,97 @@ class RoundEngine:
         if flat.buffer is not row:
             row[:] = flat.buffer
         return None
+
+    # ------------------------------------------------------------- prefetch
+    async def _start_prefetch(self, leader: str, number: int) -> None:
+        """Ask ``leader``'s data plane for its merge of round ``number`` now, so that the model is here
+        (or on its way) when the ledger records its digest."""
+        if self.dataplane is None or (self._prefetch is not None and self._prefetch[0] == leader):
+            return
+        await self._stop_prefetch()
+        task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number))
+        self._prefetch = (leader, task)
+
+    async def _prefetch_from(self, leader: str, number: int) -> tuple[FlatState, Manifest] | None:
+        endpoint = await self._endpoint(leader)
+        if endpoint is None or self.dataplane is None:
+            return None
+        try:
+            return await self.dataplane.fetch_result(
+                endpoint, self.contract, number, idle_timeout=self.fetch_timeout
+            )
+        except TransferError as exc:
+            log.info("round %d: no early pull of the merged model from %s: %s", number, leader, exc)
+            return None
+
+    async def _prefetched(self, digest: str, number: int, *, final: bool) -> RoundResult | None:
+        """The merged model pulled early, when it is the one whose digest the ledger recorded."""
+        pending, self._prefetch = self._prefetch, None
+        if pending is None:
+            return None
+        try:
+            async with asyncio.timeout(self.fetch_timeout):
+                got = await pending[1]
+        except TimeoutError:
+            return None
+        if got is None:
+            return None
+        flat, manifest = got
+        if manifest.digest.hex() != digest:
+            log.warning("round %d: %s sent model %s early, the ledger says %s", number, pending[0],
+                        manifest.digest.hex()[:16], digest[:16])  # fmt: skip
+            return None
+        self.holder.keep(flat, manifest)
+        result = RoundResult(flat, digest, number, final=final)
+        self.latest = result
+        return result
+
+    async def _stop_prefetch(self) -> None:
+        pending, self._prefetch = self._prefetch, None
+        if pending is not None and not pending[1].done():
+            pending[1].cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending[1]
+
+    # -------------------------------------------------------------- pulling
+    async def _pull(
+        self, uid: str, digest: bytes, *, spare: np.ndarray | None = None, keep: bool = False
+    ) -> FlatState:
+        """The model ``digest`` from ``uid``: over its data plane when it has one, else (or when that
+        fails) through the broker. ``keep``: keep it servable here."""
+        endpoint = await self._endpoint(uid) if self.dataplane is not None else None
+        if endpoint is not None and self.dataplane is not None:
+            try:
+                flat, manifest = await self.dataplane.fetch(
+                    endpoint, digest, spare=spare, idle_timeout=self.fetch_timeout
+                )
+            except TransferError as exc:
+                log.warning("pulling from %s through the broker: its data plane failed: %s", uid, exc)
+                self._endpoints[uid] = None  # the broker for a while; then its address is read again
+                self._retry_at[uid] = asyncio.get_running_loop().time() + _DATAPLANE_RETRY
+            else:
+                if keep:
+                    self.holder.keep(flat, manifest)
+                return flat
+        return await fetch_state(
+            self.bus,
+            uid,
+            digest,
+            spare=spare,
+            idle_timeout=self.fetch_timeout,
+            keep=self.holder if keep else None,
+        )
+
+    async def _endpoint(self, uid: str) -> Endpoint | None:
+        """The data plane ``uid`` registered (looked up once, and again a while after it failed), or None."""
+        retry_at = self._retry_at.get(uid)
+        if retry_at is not None and asyncio.get_running_loop().time() >= retry_at:
+            del self._retry_at[uid], self._endpoints[uid]
+        if uid not in self._endpoints:
+            try:
+                node = await self.ledger.query("node", uid=uid, timeout=self.fetch_timeout)
+            except BusError as exc:
+                log.info("no data plane address for %s: %s", uid, exc)
+                return None
+            self._endpoints[uid] = parse_address(node.get("address") if isinstance(node, dict) else None)
+        return self._endpoints[uid]

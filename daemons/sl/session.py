@@ -81,6 +81,7 @@ class MLSession:
         self.final: RoundResult | None = None
         self.ended = False
         self.privacy: SitePrivacy | None = None  # differential privacy of this site's updates, when asked
+        self._report: asyncio.Task[None] | None = None  # the progress of the last sync, being recorded
 
     @property
     def contract(self) -> str:
@@ -129,6 +130,8 @@ class MLSession:
 
     async def _handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
         op = header.get("op")
+        if op not in ("begin", "sync", "end"):
+            await self._reported()
         try:
             if op == "hello":
                 return await self._hello(header)
@@ -218,13 +221,18 @@ class MLSession:
             await self._progress(header)
         elif op == "sync":
             result = await self.engine.sync(flat, samples=samples, weight=weight)
-            await self._progress(header)
+            # recorded while the ML program trains on and the next round starts (the SN seals it with
+            # that round's check-ins); awaited at the end of the next request
+            await self._reported()
+            self._report = asyncio.get_running_loop().create_task(self._progress(header))
         else:
             mode = str(header.get("mode") or "snapshot")
             result = await self.engine.finish(flat, mode=mode, samples=samples, weight=weight)
             self.final, self.ended = result, True
         if self.privacy is not None:
             self.privacy.loaded(result.flat)
+        if op != "sync":
+            await self._reported()
         reply = {
             "op": "ok",
             "digest": result.digest,
@@ -236,6 +244,16 @@ class MLSession:
             "layout": [s.as_list() for s in result.flat.specs],
         }
         return reply, result.flat
+
+    async def _reported(self) -> None:
+        """Wait for the progress report of the last sync; a failure to record it is only logged."""
+        report, self._report = self._report, None
+        if report is None:
+            return
+        try:
+            await report
+        except BusError as exc:  # Rejected too: a report is for watching, training goes on without it
+            log.warning("the progress of the last sync was not recorded: %s", exc)
 
     async def _progress(self, header: dict[str, Any]) -> None:
         if header.get("epochs_done") is None:

@@ -3,12 +3,18 @@
 Sealing (decode, verify signatures, apply, SQLite commit with fsync) runs in a worker thread, so the
 event loop keeps answering queries and pings while a block is written. After each block the SN
 publishes one event per changed entity and the raw block for replicas.
+
+One durable write per round's start: round check-ins and progress reports are held (not answered) for
+up to ``hold`` seconds, until the held check-ins let their round close; they are then sealed in one
+block with the ``round.close`` that they make due. Any other transaction, or the end of the hold,
+seals what is held at once, in arrival order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -16,17 +22,22 @@ from dataclasses import dataclass
 
 from contracts.blockstore import StorageError
 from contracts.ledger import Accepted, Ledger, SealResult
+from contracts.machine import due_actions
+from contracts.rounds import completes_round
+from contracts.state import State
 from contracts.tx import Rejection
 from contracts.views import entity_view
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
 from daemons.sn.chainlog import ChainLog, ChainLogError
-from wire import SignerLike, encode_envelope, make_envelope
+from wire import CodecError, SignerLike, decode_envelope, encode_envelope, make_envelope
 
 __all__ = ["NotSealed", "Outcome", "Sealer", "StoreFailed"]
 
 log = logging.getLogger("swarm.sn.sealer")
 MAX_BATCH = 2000
+DEFAULT_HOLD = 0.5  # seconds a check-in may wait for the rest of its round (SWARM_SN_CHECKIN_HOLD)
+_DEFERRABLE = ("tx:round.checkin", "tx:contract.progress")
 
 OnBlock = Callable[[SealResult], Awaitable[None]]
 
@@ -53,6 +64,34 @@ Outcome = Accepted | Rejection | StoreFailed | NotSealed
 class _Pending:
     raw: bytes
     future: asyncio.Future[Outcome]
+    kind: str = ""
+    sender: str = ""
+    contract: str = ""
+
+    def __post_init__(self) -> None:
+        """What the hold needs to know, read without verifying (sealing verifies)."""
+        try:
+            env = decode_envelope(self.raw, what="transaction")
+        except CodecError:
+            return
+        self.kind, self.sender = env.kind, env.sender
+        contract = env.body.get("contract")
+        self.contract = contract if isinstance(contract, str) else ""
+
+    @property
+    def deferrable(self) -> bool:
+        """A check-in or a progress report, which may wait for the rest of its round."""
+        return self.kind in _DEFERRABLE and bool(self.contract)
+
+
+def hold_from_env() -> float:
+    """``SWARM_SN_CHECKIN_HOLD`` seconds (0: seal every batch at once), default ``DEFAULT_HOLD``."""
+    text = os.environ.get("SWARM_SN_CHECKIN_HOLD", "").strip()
+    try:
+        return max(float(text), 0.0) if text else DEFAULT_HOLD
+    except ValueError:
+        log.warning("SWARM_SN_CHECKIN_HOLD=%r is not a number of seconds; using %g", text, DEFAULT_HOLD)
+        return DEFAULT_HOLD
 
 
 class Sealer:
@@ -65,8 +104,10 @@ class Sealer:
         signer: SignerLike | None,
         lock: threading.Lock | None = None,
         chainlog: ChainLog | None = None,
+        hold: float | None = None,
     ) -> None:
         self.ledger = ledger
+        self.hold = hold_from_env() if hold is None else hold
         self._chainlog = chainlog
         self._loop = asyncio.get_running_loop() if chainlog is not None else None
         self._lock = lock or threading.Lock()
@@ -92,9 +133,7 @@ class Sealer:
         """Seal until cancelled."""
         while True:
             raise_if_cancelling()
-            batch = [await self._queue.get()]
-            while len(batch) < MAX_BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            batch = await self._next_batch()
             try:
                 result = await asyncio.to_thread(self._seal, [p.raw for p in batch])
             except ChainLogError as exc:  # not replicated, so not stored: another SN seals now
@@ -118,6 +157,45 @@ class Sealer:
                 self.changed.set()
                 await self._announce(result)
 
+    async def _next_batch(self) -> list[_Pending]:
+        """What arrived, in order; check-ins and progress reports held until their round can close."""
+        batch: list[_Pending] = []
+        loop = asyncio.get_running_loop()
+        until: float | None = None
+        while True:
+            try:
+                async with asyncio.timeout_at(until):
+                    batch.append(await self._queue.get())
+            except TimeoutError:
+                return batch  # held long enough: seal them as they are
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            if self.hold <= 0 or len(batch) >= MAX_BATCH or not all(p.deferrable for p in batch):
+                return batch
+            if self._closes_a_round(batch):
+                return batch
+            if until is None:
+                until = loop.time() + self.hold
+
+    def _closes_a_round(self, batch: list[_Pending]) -> bool:
+        """Whether the check-ins in ``batch`` complete a round (so it closes in their block)."""
+        state = self.ledger.state
+        senders: dict[str, set[str]] = {}
+        for pending in batch:
+            if pending.kind == "tx:round.checkin":
+                senders.setdefault(pending.contract, set()).add(pending.sender)
+        return any(completes_round(state, name, uids) for name, uids in senders.items())
+
+    def _follow_up(self, state: State, time: float) -> list[bytes]:
+        """In the sealing thread: the ``round.close`` transactions the batch made due, for its block."""
+        return [
+            encode_envelope(
+                make_envelope(f"tx:{kind}", body, sender=self.bus.uid, role="sn", signer=self.signer)
+            )
+            for kind, body in due_actions(state, time)
+            if kind == "round.close"
+        ]
+
     def _refuse(self, batch: list[_Pending], outcome: StoreFailed | NotSealed | Rejection) -> None:
         if isinstance(outcome, StoreFailed) and self._failing_since is None:
             self._failing_since = time.monotonic()
@@ -130,7 +208,12 @@ class Sealer:
         replicate = self._replicate if self._chainlog is not None else None
         with self._lock:
             return self.ledger.seal(
-                envelopes, sealer=self.signer, sealer_uid=self.bus.uid, now=time.time(), replicate=replicate
+                envelopes,
+                sealer=self.signer,
+                sealer_uid=self.bus.uid,
+                now=time.time(),
+                replicate=replicate,
+                follow_up=self._follow_up,
             )
 
     def _replicate(self, height: int, raw: bytes) -> None:

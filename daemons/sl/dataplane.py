@@ -1,0 +1,472 @@
+"""The SL-to-SL data plane: models pulled over a direct TCP connection, the broker carrying only control.
+
+Every SL serves the models its ``StateHolder`` holds on a TCP port (mutual TLS with the node
+certificates when the swarm has them) and records ``dp://host:port`` (``dps://`` with TLS) as its
+address in ``node.register``. A peer asks for a model by digest and gets the manifest and the raw flat
+buffer; it checks every chunk against the manifest and the manifest against the digest the ledger
+recorded, as for a transfer through the broker (``daemons/bus/transfer.py``), which stays the fallback.
+
+Frames (both ways): ``u32 length | msgpack header | raw payload`` as on the local socket
+(``wire/frames.py``). Request header ``{op: "get", digest: bytes, sender: str}`` (a held model), or
+``{op: "result", contract: str, round: int, sender: str}`` (the model the server merges for that round,
+sent once it has it: participants pull it while the leader records its digest); no payload. Reply
+``{op: "state", manifest: <manifest body>}`` + ``total`` bytes, or ``{op: "error", message}``.
+A connection carries one request at a time and is kept for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from daemons.bus.transfer import StateHolder, TransferError, digest_hex
+from wire import CodecError
+from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_body
+
+__all__ = [
+    "DataPlaneClient",
+    "DataPlaneServer",
+    "DataRequest",
+    "Endpoint",
+    "decode_reply",
+    "decode_request",
+    "encode_request",
+    "parse_address",
+]
+
+log = logging.getLogger("swarm.sl.dataplane")
+_STREAM_LIMIT = 4 << 20  # read buffer of a connection
+_SEND_SLICE = 4 << 20
+_REQUEST_TIMEOUT = 30.0  # an idle connection waits this long for its next request
+_DIGEST_BYTES = 32
+_MAX_UID = 256
+_MAX_ROUND = 2**53
+# Whether a peer may have a held model: (digest, the uid it claims, its certificate's CN or None) -> why not.
+FetchCheck = Callable[[bytes, str, str | None], Awaitable[str | None]]
+RESULT_WAIT = 60.0  # how long a server waits for the merged model of a round it was asked for
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a peer's data plane listens, and whether it speaks TLS."""
+
+    host: str
+    port: int
+    tls: bool
+
+    def __str__(self) -> str:
+        return f"{'dps' if self.tls else 'dp'}://{self.host}:{self.port}"
+
+
+def parse_address(text: object) -> Endpoint | None:
+    """The data plane of a node's registered ``address`` (``dp[s]://host:port``), else None."""
+    if not isinstance(text, str):
+        return None
+    scheme, sep, rest = text.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not sep or scheme not in ("dp", "dps") or not colon or not host or not port.isdigit():
+        return None
+    number = int(port)
+    return Endpoint(host.strip("[]"), number, scheme == "dps") if 0 < number < 65536 else None
+
+
+# ------------------------------------------------------------------------------------------- frames
+@dataclass(frozen=True, slots=True)
+class DataRequest:
+    """A model asked for: a held one by ``digest``, or the merged model of ``contract`` round ``round``."""
+
+    sender: str
+    digest: bytes | None = None
+    contract: str | None = None
+    round: int | None = None
+
+
+def encode_request(digest: bytes, sender: str) -> bytes:
+    """A request for the held model ``digest``."""
+    return encode_frame_head({"op": "get", "digest": digest, "sender": sender})
+
+
+def encode_result_request(contract: str, number: int, sender: str) -> bytes:
+    """A request for the model the server merges for round ``number`` of ``contract``."""
+    return encode_frame_head({"op": "result", "contract": contract, "round": number, "sender": sender})
+
+
+def decode_request(data: bytes) -> DataRequest:
+    """A request header, checked; CodecError naming what is wrong."""
+    header = decode_header(data)
+    op, sender = header["op"], header.get("sender")
+    if op not in ("get", "result") or payload_size(header) != 0:
+        raise CodecError(f"data plane request: op {op!r} (with no payload) must be 'get' or 'result'")
+    if not isinstance(sender, str) or not 0 < len(sender) <= _MAX_UID:
+        raise CodecError(f"data plane request: 'sender' must be a uid of 1..{_MAX_UID} characters")
+    if op == "get":
+        digest = header.get("digest")
+        if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
+            raise CodecError(f"data plane request: 'digest' must be {_DIGEST_BYTES} bytes")
+        return DataRequest(sender, digest=digest)
+    contract, number = header.get("contract"), header.get("round")
+    if not isinstance(contract, str) or not 0 < len(contract) <= _MAX_UID:
+        raise CodecError(f"data plane request: 'contract' must be a name of 1..{_MAX_UID} characters")
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 < number <= _MAX_ROUND:
+        raise CodecError(f"data plane request: 'round' must be a round number from 1 to {_MAX_ROUND}")
+    return DataRequest(sender, contract=contract, round=number)
+
+
+def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
+    """The manifest of a reply header (its payload is ``manifest.total`` bytes); CodecError for an error
+    reply or anything malformed."""
+    header = decode_header(data)
+    op = header["op"]
+    if op == "error":
+        raise CodecError(f"the peer refused: {str(header.get('message'))[:500]}")
+    body = header.get("manifest")
+    if op != "state" or not isinstance(body, dict):
+        raise CodecError(f"data plane reply: op {op!r}; expected 'state' with a 'manifest' map")
+    manifest = manifest_from_body(body, what="data plane manifest")
+    if manifest.total > max_total:
+        raise CodecError(f"data plane reply: {manifest.total} bytes is over {max_total}")
+    if payload_size(header) != manifest.total:
+        raise CodecError(
+            f"data plane reply: payload {payload_size(header)} != manifest total {manifest.total}"
+        )
+    return manifest
+
+
+async def _read_header(reader: asyncio.StreamReader) -> bytes:
+    prefix = await reader.readexactly(HEADER_PREFIX.size)
+    return await reader.readexactly(header_length(prefix))
+
+
+# ------------------------------------------------------------------------------------------- server
+class DataPlaneServer:
+    """Serves the models of a ``StateHolder`` to peers (an async context manager)."""
+
+    def __init__(
+        self,
+        holder: StateHolder,
+        host: str,
+        *,
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        check: FetchCheck | None = None,
+    ) -> None:
+        self.holder = holder
+        self.check = check
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self._server: asyncio.Server | None = None
+        self._handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    async def __aenter__(self) -> DataPlaneServer:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, ssl=self.tls, limit=_STREAM_LIMIT
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task, writer in list(self._handlers.items()):
+                writer.transport.abort()
+                task.cancel()  # one may be waiting for a merge, not reading
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+            await self._server.wait_closed()
+
+    def endpoint(self, advertised: str) -> Endpoint:
+        """This server as peers reach it at ``advertised`` (an address of this host)."""
+        return Endpoint(advertised, self.port, self.tls is not None)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - a handler runs in a task
+        self._handlers[task] = writer
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                async with asyncio.timeout(_REQUEST_TIMEOUT):
+                    data = await _read_header(reader)
+                await self._answer(data, writer)
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, ssl.SSLError):
+            pass  # the peer closed, went quiet or broke the connection: nothing to answer
+        except asyncio.CancelledError:
+            # The server closes. Ending normally keeps asyncio's stream callback (3.11) from logging the
+            # cancelled handler as an error; nothing waits on this task but __aexit__.
+            pass
+        except CodecError as exc:
+            log.warning("data plane: dropped a bad request from %s: %s", peer, exc)
+        except OSError as exc:
+            log.warning("data plane: connection from %s failed: %s", peer, exc)
+        finally:
+            self._handlers.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = decode_request(data)
+        except CodecError as exc:
+            await _refuse(writer, str(exc))
+            raise
+        digest = request.digest
+        if digest is None and request.contract is not None and request.round is not None:
+            digest = await self.holder.result(request.contract, request.round, RESULT_WAIT)
+        if digest is None:
+            await _refuse(writer, f"no merged model of round {request.round} here after {RESULT_WAIT:g} s")
+            return
+        held = self.holder.held(digest)
+        if held is None:
+            await _refuse(writer, f"this node does not hold model {digest_hex(digest)}")
+            return
+        if request.digest is not None and self.check is not None:
+            refusal = await self.check(digest, request.sender, _peer_identity(writer))
+            if refusal is not None:
+                log.warning("data plane: refused a fetch: %s", refusal)
+                await _refuse(writer, refusal)
+                return
+        flat, manifest = held
+        writer.write(encode_frame_head({"op": "state", "manifest": manifest.body()}, nbytes=manifest.total))
+        view = flat.buffer.data.cast("B")
+        for start in range(0, manifest.total, _SEND_SLICE):
+            writer.write(view[start : start + _SEND_SLICE])
+            await writer.drain()
+        self.holder.served.setdefault(digest, set()).add(request.sender)
+
+
+def _peer_identity(writer: asyncio.StreamWriter) -> str | None:
+    """The CN of the peer's certificate under mutual TLS; None on a plain connection."""
+    cert = writer.get_extra_info("peercert")
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+async def _refuse(writer: asyncio.StreamWriter, message: str) -> None:
+    writer.write(encode_frame_head({"op": "error", "message": message}))
+    await writer.drain()
+
+
+# ------------------------------------------------------------------------------------------- client
+@dataclass(slots=True)
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    lock: asyncio.Lock
+
+
+class DataPlaneClient:
+    """Pulls models from peers' data planes, keeping one connection per peer for the next round."""
+
+    def __init__(self, uid: str, *, tls: ssl.SSLContext | None = None, connect_timeout: float = 5.0) -> None:
+        self.uid = uid
+        self.tls = tls
+        self.connect_timeout = connect_timeout
+        self._connections: dict[Endpoint, _Connection] = {}
+
+    async def close(self) -> None:
+        """Close every kept connection."""
+        connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            conn.writer.close()
+            with contextlib.suppress(Exception):
+                await conn.writer.wait_closed()
+
+    async def fetch(
+        self,
+        endpoint: Endpoint,
+        digest: bytes,
+        *,
+        idle_timeout: float = 10.0,
+        max_total: int = MAX_STATE_BYTES,
+        spare: np.ndarray | None = None,
+    ) -> tuple[FlatState, Manifest]:
+        """The verified model ``digest`` from ``endpoint``; TransferError saying why it failed."""
+        request = encode_request(digest, self.uid)
+        return await self._fetch(endpoint, request, digest, idle_timeout, idle_timeout, max_total, spare)
+
+    async def fetch_result(
+        self, endpoint: Endpoint, contract: str, number: int, *, idle_timeout: float = 10.0
+    ) -> tuple[FlatState, Manifest]:
+        """The model ``endpoint`` merges for round ``number`` of ``contract``, once it has it, verified
+        against its manifest (the caller checks the manifest's digest against the ledger)."""
+        request = encode_result_request(contract, number, self.uid)
+        return await self._fetch(endpoint, request, None, RESULT_WAIT, idle_timeout, MAX_STATE_BYTES, None)
+
+    async def _fetch(
+        self,
+        endpoint: Endpoint,
+        request: bytes,
+        digest: bytes | None,
+        first: float,
+        idle_timeout: float,
+        max_total: int,
+        spare: np.ndarray | None,
+    ) -> tuple[FlatState, Manifest]:
+        what = f"model {digest_hex(digest)}" if digest is not None else "the merged model"
+        if endpoint.tls and self.tls is None:
+            raise TransferError(f"{endpoint} needs TLS and this node has no certificate")
+        if self.tls is not None and not endpoint.tls:
+            raise TransferError(f"{endpoint} does not speak TLS; models travel only over TLS here")
+        conn = await self._connection(endpoint)
+        async with conn.lock:
+            try:
+                return await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
+                self._drop(endpoint, conn)
+                why = exc if str(exc) else type(exc).__name__
+                raise TransferError(f"{what} from {endpoint}: {why}") from None
+            except BaseException:
+                self._drop(endpoint, conn)  # cancelled mid-transfer: the stream is out of step
+                raise
+
+    async def _connection(self, endpoint: Endpoint) -> _Connection:
+        conn = self._connections.get(endpoint)
+        if conn is not None and not conn.writer.is_closing():
+            return conn
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                reader, writer = await asyncio.open_connection(
+                    endpoint.host,
+                    endpoint.port,
+                    ssl=self.tls if endpoint.tls else None,
+                    server_hostname=endpoint.host if endpoint.tls else None,
+                    limit=_STREAM_LIMIT,
+                )
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise TransferError(f"cannot connect to the data plane {endpoint}: {exc or 'timeout'}") from None
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = self._connections[endpoint] = _Connection(reader, writer, asyncio.Lock())
+        return conn
+
+    def _drop(self, endpoint: Endpoint, conn: _Connection) -> None:
+        if self._connections.get(endpoint) is conn:
+            del self._connections[endpoint]
+        conn.writer.close()
+
+    async def _exchange(
+        self,
+        conn: _Connection,
+        request: bytes,
+        digest: bytes | None,
+        waits: tuple[float, float],
+        max_total: int,
+        spare: np.ndarray | None,
+    ) -> tuple[FlatState, Manifest]:
+        """Send ``request``; read the reply's header within ``waits[0]`` s, then the model, with no
+        pause longer than ``waits[1]`` s."""
+        first, idle = waits
+        conn.writer.write(request)
+        await conn.writer.drain()
+        async with asyncio.timeout(first):
+            data = await _read_header(conn.reader)
+        manifest = decode_reply(data, max_total=max_total)
+        if digest is not None and manifest.digest != digest:
+            raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
+        reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
+        buffer = spare if reuse and spare is not None else np.empty(manifest.total, dtype=np.uint8)
+        await _receive_verified(conn.reader, buffer, manifest, idle)
+        return FlatState(manifest.tensors, buffer), manifest
+
+
+async def _receive_verified(
+    reader: asyncio.StreamReader, buffer: np.ndarray, manifest: Manifest, idle: float
+) -> None:
+    """Read ``manifest.total`` bytes into ``buffer``, hashing each chunk (off the loop) as it completes."""
+    view = buffer.data.cast("B")
+    size = manifest.chunk_size
+    checks: list[asyncio.Future[bytes]] = []
+    filled = 0
+    while filled < manifest.total:
+        async with asyncio.timeout(idle):
+            data = await reader.read(min(manifest.total - filled, _STREAM_LIMIT))
+        if not data:
+            raise asyncio.IncompleteReadError(b"", manifest.total - filled)
+        view[filled : filled + len(data)] = data
+        done_before = filled // size
+        filled += len(data)
+        done_now = manifest.n_chunks if filled == manifest.total else filled // size
+        for index in range(done_before, done_now):
+            part = view[index * size : (index + 1) * size]
+            checks.append(asyncio.ensure_future(asyncio.to_thread(_sha256, part)))
+    digests = await asyncio.gather(*checks)
+    corrupt = [i for i, d in enumerate(digests) if d != manifest.chunks[i]]
+    if corrupt:
+        raise CodecError(f"chunks {corrupt[:10]} do not match the manifest")
+
+
+def _sha256(data: memoryview) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+# ------------------------------------------------------------------------------------------ settings
+def enabled() -> bool:
+    """``SWARM_DATAPLANE=off`` keeps every model on the broker (the data plane is on by default)."""
+    return os.environ.get("SWARM_DATAPLANE", "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def advertised_host(broker_host: str) -> str:
+    """The address of this host that peers reach: ``SWARM_DATAPLANE_HOST``, else the local address of
+    the route to the broker (no packet is sent), else the loopback."""
+    given = os.environ.get("SWARM_DATAPLANE_HOST", "").strip()
+    if given:
+        return given
+    family = socket.AF_INET6 if ":" in broker_host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((broker_host, 9))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    holder: StateHolder,
+    broker_host: str,
+    *,
+    tls: ssl.SSLContext | None = None,
+    check: FetchCheck | None = None,
+) -> AsyncIterator[Endpoint | None]:
+    """Run a data plane server for ``holder`` on this host; None when ``SWARM_DATAPLANE=off`` or when it
+    cannot listen (then, with a line saying why, every model goes through the broker)."""
+    if not enabled():
+        yield None
+        return
+    host = advertised_host(broker_host)
+    bind = os.environ.get("SWARM_DATAPLANE_BIND", "").strip() or host
+    port_text = os.environ.get("SWARM_DATAPLANE_PORT", "").strip() or "0"
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint: Endpoint | None = None
+        if not (port_text.isdigit() and int(port_text) < 65536):
+            log.error("SWARM_DATAPLANE_PORT=%r is not a port number; models go through the broker", port_text)
+        else:
+            try:
+                server = await stack.enter_async_context(
+                    DataPlaneServer(holder, bind, port=int(port_text), tls=tls, check=check)
+                )
+            except OSError as exc:
+                log.error("the data plane cannot listen on %s:%s (%s); models go through the broker",
+                          bind, port_text, exc)  # fmt: skip
+            else:
+                endpoint = server.endpoint(host)
+                log.info("data plane serves models at %s", endpoint)
+        yield endpoint

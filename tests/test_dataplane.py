@@ -1,0 +1,197 @@
+"""The SL-to-SL data plane over real sockets: models pulled and verified, garbage and liars refused,
+mutual TLS with the node certificates."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from certs import client_context, init_swarm, server_context
+from daemons.bus.transfer import StateHolder, TransferError
+from daemons.sl.dataplane import DataPlaneClient, DataPlaneServer, Endpoint, parse_address, serving
+from wire.frames import encode_frame_head
+from wire.tensors import FlatState, Manifest, make_manifest
+
+
+def _holder() -> StateHolder:
+    return StateHolder(cast(Any, SimpleNamespace(uid="sl-1")))
+
+
+def _model(nbytes: int = 300_000, seed: int = 0) -> FlatState:
+    rng = np.random.default_rng(seed)
+    return FlatState.from_arrays({"w": rng.standard_normal(nbytes // 4, dtype=np.float32)})
+
+
+def _held(holder: StateHolder, flat: FlatState) -> Manifest:
+    manifest = make_manifest(flat, "held", chunk_size=64 << 10)
+    holder.keep(flat, manifest)
+    return manifest
+
+
+def test_addresses_parse_or_are_ignored() -> None:
+    assert parse_address("dp://10.0.0.2:4100") == Endpoint("10.0.0.2", 4100, False)
+    assert parse_address("dps://[::1]:4100") == Endpoint("::1", 4100, True)
+    for text in ("", "10.0.0.2", "mqtt://h:1883", "dp://h:0", "dp://h:99999", "dp://:1", "dp://h:x", None, 3):
+        assert parse_address(text) is None
+
+
+async def test_a_model_is_pulled_verified_into_the_spare_buffer_on_a_kept_connection() -> None:
+    holder = _holder()
+    flat = _model()
+    manifest = _held(holder, flat)
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        client = DataPlaneClient("sl-2")
+        try:
+            spare = np.empty(flat.total, dtype=np.uint8)
+            for _ in range(2):
+                got, got_manifest = await client.fetch(
+                    server.endpoint("127.0.0.1"), manifest.digest, spare=spare
+                )
+                assert got.buffer is spare
+                assert np.array_equal(got.buffer, flat.buffer)
+                assert got.specs == flat.specs and got_manifest.digest == manifest.digest
+            assert len(server._handlers) == 1  # one connection served both
+        finally:
+            await client.close()
+    assert holder.served[manifest.digest] == {"sl-2"}
+
+
+async def test_an_unknown_model_is_refused_by_name_and_the_connection_still_serves() -> None:
+    holder = _holder()
+    manifest = _held(holder, _model())
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        client = DataPlaneClient("sl-2")
+        endpoint = server.endpoint("127.0.0.1")
+        try:
+            with pytest.raises(TransferError, match="does not hold model"):
+                await client.fetch(endpoint, bytes(32))
+            got, _ = await client.fetch(endpoint, manifest.digest)
+            assert got.total == manifest.total
+        finally:
+            await client.close()
+
+
+async def test_garbage_gets_an_error_frame_and_the_server_keeps_serving() -> None:
+    holder = _holder()
+    manifest = _held(holder, _model())
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        for junk in (b"\x00\x00\x00\x05hello", b"\xff\xff\xff\xff", encode_frame_head({"op": "get"})):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(junk)
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 5)  # an error frame or nothing, then closed
+            assert b"state" not in answer
+            writer.close()
+        client = DataPlaneClient("sl-2")
+        try:
+            got, _ = await client.fetch(server.endpoint("127.0.0.1"), manifest.digest)
+            assert got.total == manifest.total
+        finally:
+            await client.close()
+
+
+async def test_a_peer_sending_other_bytes_than_its_manifest_is_caught() -> None:
+    flat = _model()
+    manifest = make_manifest(flat, "held", chunk_size=64 << 10)
+
+    async def liar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1000)
+        writer.write(encode_frame_head({"op": "state", "manifest": manifest.body()}, manifest.total))
+        writer.write(bytes(manifest.total))  # zeros, not the model
+        await writer.drain()
+        await reader.read()
+
+    server = await asyncio.start_server(liar, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = DataPlaneClient("sl-2")
+    try:
+        with pytest.raises(TransferError, match="do not match the manifest"):
+            await client.fetch(Endpoint("127.0.0.1", port, False), manifest.digest)
+        with pytest.raises(TransferError, match="sent model"):
+            await client.fetch(Endpoint("127.0.0.1", port, False), bytes(32))
+    finally:
+        await client.close()
+        server.close()
+
+
+async def test_with_certificates_only_the_swarms_nodes_get_models(tmp_path: Path) -> None:
+    init_swarm(tmp_path / "ours", sl=2)
+    init_swarm(tmp_path / "theirs", sl=1)
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ca = ours / "ca" / "ca-cert.pem"
+
+    def client(root: Path, uid: str) -> DataPlaneClient:
+        tls = client_context(root / f"{uid}-cert.pem", root / f"{uid}-key.pem", root / "ca" / "ca-cert.pem",
+                             check_hostname=False)  # fmt: skip
+        return DataPlaneClient(uid, tls=tls)
+
+    holder = _holder()
+    manifest = _held(holder, _model())
+    tls = server_context(ours / "sl-1-cert.pem", ours / "sl-1-key.pem", ca)
+    async with DataPlaneServer(holder, "127.0.0.1", tls=tls) as server:
+        endpoint = server.endpoint("127.0.0.1")
+        assert str(endpoint).startswith("dps://")
+        member = client(ours, "sl-2")
+        stranger = client(theirs, "sl-1")
+        plain = DataPlaneClient("sl-2")
+        try:
+            got, _ = await member.fetch(endpoint, manifest.digest)
+            assert got.total == manifest.total
+            with pytest.raises(TransferError):
+                await stranger.fetch(endpoint, manifest.digest)
+            with pytest.raises(TransferError, match="needs TLS"):
+                await plain.fetch(endpoint, manifest.digest)
+            with pytest.raises(TransferError, match="does not speak TLS"):
+                await member.fetch(Endpoint("127.0.0.1", server.port, False), manifest.digest)
+        finally:
+            for c in (member, stranger, plain):
+                await c.close()
+
+
+async def test_a_merged_model_is_sent_as_soon_as_the_leader_announces_it() -> None:
+    holder = _holder()
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        client = DataPlaneClient("sl-2")
+        try:
+            early = asyncio.create_task(client.fetch_result(server.endpoint("127.0.0.1"), "c1", 3))
+            await asyncio.sleep(0.2)
+            assert not early.done()  # nothing merged yet: the request waits
+            manifest = _held(holder, _model(seed=3))
+            holder.announce("c1", 3, manifest.digest)
+            got, got_manifest = await early
+            assert got_manifest.digest == manifest.digest and got.total == manifest.total
+        finally:
+            await client.close()
+
+
+async def test_an_sl_serves_on_the_address_it_reaches_the_broker_from_or_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    holder = _holder()
+    async with serving(holder, "127.0.0.1") as endpoint:
+        assert endpoint is not None and endpoint.host == "127.0.0.1" and not endpoint.tls
+        monkeypatch.setenv("SWARM_DATAPLANE_PORT", str(endpoint.port))
+        async with serving(holder, "127.0.0.1") as taken:
+            assert taken is None  # the port is in use: the broker carries the models
+    for name, value in (("SWARM_DATAPLANE_PORT", "http"), ("SWARM_DATAPLANE", "off")):
+        monkeypatch.setenv(name, value)
+        async with serving(holder, "127.0.0.1") as none:
+            assert none is None
+
+
+async def test_a_server_closes_while_a_peer_waits_for_a_merge() -> None:
+    holder = _holder()
+    client = DataPlaneClient("sl-2")
+    try:
+        async with DataPlaneServer(holder, "127.0.0.1") as server:
+            early = asyncio.create_task(client.fetch_result(server.endpoint("127.0.0.1"), "c1", 9))
+            await asyncio.sleep(0.2)
+        with pytest.raises(TransferError):
+            await asyncio.wait_for(early, 10)
+    finally:
+        await client.close()

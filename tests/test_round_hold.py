@@ -1,0 +1,125 @@
+"""One durable write for a round's start: the SN holds check-ins until their round can close and seals
+them with its ``round.close`` in one block (a real ledger, a real mosquitto for the sealer's events)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from contracts.devkeys import DevAuthority, DevSigner
+from contracts.ledger import Accepted, Ledger
+from contracts.machine import DEFAULT_CONTRACT, due_actions
+from contracts.rounds import completes_round
+from contracts.state import State
+from daemons.sn.sealer import Sealer
+from tests.conftest import MakeBus
+from wire.envelope import encode_envelope, make_envelope
+
+C = DEFAULT_CONTRACT
+CA = DevAuthority("test-round-hold")
+SN = CA.issue("sn1", "sn")
+SLS = [CA.issue(f"sl{i}", "sl") for i in range(3)]
+
+
+def _env(signer: DevSigner, kind: str, body: dict[str, Any]) -> bytes:
+    return encode_envelope(
+        make_envelope("tx:" + kind, body, sender=signer.uid, role=signer.role, signer=signer)
+    )
+
+
+def _checkin(signer: DevSigner) -> bytes:
+    digest = hashlib.sha256(signer.uid.encode()).hexdigest()
+    return _env(signer, "round.checkin", {"contract": C, "digest": digest, "samples": 10})
+
+
+def _ledger(path: Path, members: list[DevSigner]) -> Ledger:
+    ledger = Ledger.create(path, sealer=SN, sealer_uid="sn1", verifier=CA.verifier(), now=100.0)
+    setup = [_env(sl, "node.register", {"host": "h"}) for sl in members]
+    params = {"min_peers": 2, "quorum_wait": 60.0, "leader_timeout": 60.0}
+    setup += [_env(sl, "contract.join", {"contract": C, "params": params}) for sl in members]
+    result = ledger.seal(setup, sealer=SN, sealer_uid="sn1", now=200.0)
+    assert all(isinstance(r, Accepted) for r in result.results), result.results
+    return ledger
+
+
+def _closes(state: State, time: float) -> list[bytes]:
+    actions = due_actions(state, time)
+    return [_env(SN, kind, body) for kind, body in actions if kind == "round.close"]
+
+
+def test_a_round_completes_only_with_every_expected_member(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS[:2])
+    state = ledger.state
+    assert not completes_round(state, C, ["sl0"])
+    assert not completes_round(state, C, ["sl0", "stranger"])
+    assert completes_round(state, C, ["sl0", "sl1"])
+    assert not completes_round(state, "no-such-contract", ["sl0", "sl1"])
+
+
+def test_the_close_a_batch_makes_due_goes_into_its_block(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS[:2])
+    height = ledger.height
+    result = ledger.seal(
+        [_checkin(SLS[0]), _checkin(SLS[1])], sealer=SN, sealer_uid="sn1", now=300.0, follow_up=_closes
+    )
+    assert [r.receipt.get("round") for r in result.results if isinstance(r, Accepted)] == [1, 1]
+    assert ledger.height == height + 1
+    book = ledger.state.rounds[C]
+    assert [r.number for r in book.pending] == [1]
+    assert book.pending[0].leader in ("sl0", "sl1")
+    assert book.open is not None and book.open.number == 2
+    reopened = Ledger.open(tmp_path / "ledger.db", verifier=CA.verifier())  # the block replays
+    assert reopened.state.rounds[C].pending[0].leader == book.pending[0].leader
+    reopened.close()
+    ledger.close()
+
+
+async def test_the_sealer_holds_checkins_until_their_round_can_close(
+    tmp_path: Path, make_bus: MakeBus
+) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    start = ledger.height
+    async with make_bus("sn1", "sn") as bus:
+        sealer = Sealer(ledger, bus, SN, hold=60.0)
+        runner = asyncio.create_task(sealer.run())
+        try:
+            first = asyncio.create_task(sealer.submit(_checkin(SLS[0])))
+            second = asyncio.create_task(sealer.submit(_checkin(SLS[1])))
+            await asyncio.sleep(0.3)
+            assert not first.done() and not second.done()  # held: sl2 is expected too
+            last = await sealer.submit(_checkin(SLS[2]))
+            assert isinstance(last, Accepted) and isinstance(await first, Accepted)
+            assert ledger.height == start + 1  # three check-ins and the close: one block
+            assert ledger.state.rounds[C].pending[0].participants == ("sl0", "sl1", "sl2")
+
+            held = asyncio.create_task(sealer.submit(_checkin(SLS[0])))
+            await asyncio.sleep(0.3)
+            assert not held.done()
+            report = _env(SLS[1], "contract.progress", {"contract": C, "epochs_done": 1, "total_epochs": 2})
+            progress = asyncio.create_task(sealer.submit(report))
+            await asyncio.sleep(0.3)
+            assert not progress.done()  # a progress report waits with the check-in
+            leave = _env(SLS[2], "contract.done", {"contract": C})
+            assert isinstance(await sealer.submit(leave), Accepted)  # not held: it seals what waits
+            assert isinstance(await held, Accepted) and isinstance(await progress, Accepted)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            ledger.close()
+
+
+async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, make_bus: MakeBus) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    async with make_bus("sn1", "sn") as bus:
+        sealer = Sealer(ledger, bus, SN, hold=0.2)
+        runner = asyncio.create_task(sealer.run())
+        try:
+            outcome = await sealer.submit(_checkin(SLS[0]))
+            assert isinstance(outcome, Accepted) and outcome.receipt["round"] == 1
+            assert "sl0" in ledger.state.rounds[C].open.checkins  # type: ignore[union-attr]
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            ledger.close()
