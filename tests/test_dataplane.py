@@ -133,7 +133,12 @@ async def test_with_certificates_only_the_swarms_nodes_get_models(tmp_path: Path
     holder = _holder()
     manifest = _held(holder, _model())
     tls = server_context(ours / "sl-1-cert.pem", ours / "sl-1-key.pem", ca)
-    async with DataPlaneServer(holder, "127.0.0.1", tls=tls) as server:
+    proved: list[str | None] = []
+
+    async def note_identity(_digest: bytes, _sender: str, identity: str | None) -> None:
+        proved.append(identity)
+
+    async with DataPlaneServer(holder, "127.0.0.1", tls=tls, check=note_identity) as server:
         endpoint = server.endpoint("127.0.0.1")
         assert str(endpoint).startswith("dps://")
         member = client(ours, "sl-2")
@@ -151,6 +156,7 @@ async def test_with_certificates_only_the_swarms_nodes_get_models(tmp_path: Path
         finally:
             for c in (member, stranger, plain):
                 await c.close()
+    assert proved == ["sl-2"]  # the check sees the CN the member proved, not only the uid it claims
 
 
 async def test_a_merged_model_is_sent_as_soon_as_the_leader_announces_it() -> None:
@@ -195,3 +201,27 @@ async def test_a_server_closes_while_a_peer_waits_for_a_merge() -> None:
             await asyncio.wait_for(early, 10)
     finally:
         await client.close()
+
+
+async def test_the_servers_check_refuses_a_peer_by_name_and_sees_what_it_claims() -> None:
+    holder = _holder()
+    manifest = _held(holder, _model())
+    asked: list[tuple[bytes, str, str | None]] = []
+
+    async def only_the_leader(digest: bytes, sender: str, identity: str | None) -> str | None:
+        asked.append((digest, sender, identity))
+        return None if sender == "sl-leader" else f"{sender!r} does not lead the round"
+
+    async with DataPlaneServer(holder, "127.0.0.1", check=only_the_leader) as server:
+        endpoint = server.endpoint("127.0.0.1")
+        spy, leader = DataPlaneClient("sl-spy"), DataPlaneClient("sl-leader")
+        try:
+            with pytest.raises(TransferError, match="'sl-spy' does not lead the round"):
+                await spy.fetch(endpoint, manifest.digest)
+            got, _ = await leader.fetch(endpoint, manifest.digest)
+            assert got.total == manifest.total
+        finally:
+            await spy.close()
+            await leader.close()
+    assert asked == [(manifest.digest, "sl-spy", None), (manifest.digest, "sl-leader", None)]
+    assert holder.served[manifest.digest] == {"sl-leader"}
