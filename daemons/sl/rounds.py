@@ -235,6 +235,8 @@ class RoundEngine:
         }
         async with self.ledger.watch("round", self.contract) as watch:
             receipt = await self.ledger.submit("round.checkin", body)
+            if "round" not in receipt:  # a resent check-in the ledger holds, in a round it no longer lists
+                raise BusError("the ledger holds this node's check-in but no longer lists its round")
             number = int(receipt["round"])
             if self.secure is not None:
                 self.secure.offer(self.contract, number, flat)
