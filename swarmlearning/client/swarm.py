@@ -1,8 +1,13 @@
 """SwarmCallbackBase: parameters and hooks of the reference system's SwarmCallback, any ML platform.
 
 A platform subclass (``swarmlearning.pyt``) supplies four things: collect the model's weights into a
-flat buffer, load weights from one, compute validation loss/metric, and name its platform. Everything
-else — validation of the parameters, the sync schedule, talking to the SL, the log lines — is here.
+flat buffer, load weights from one, compute validation loss/metric on at most N batches, and name its
+platform. Everything else — validation of the parameters, the sync schedule (adaptive or not), when to
+evaluate ``adsValData``, talking to the SL, the log lines — is here.
+
+What validation costs: ``adsValData`` feeds the loss/metric shown for progress and adaptive sync. It is
+evaluated on at most ``adsValBatches`` batches (default ``DEFAULT_VAL_BATCHES``; ``None``: the whole set)
+— once per epoch when adaptive sync is off, once per sync round when it is on — never in loopback.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from swarmlearning.client.adaptive import AdaptiveSync
 from swarmlearning.client.link import LinkError, SLLink
 from wire.frames import layout_from_wire, layout_to_wire
 from wire.tensors import FlatState
@@ -22,16 +28,19 @@ from wire.tensors import FlatState
 __all__ = [
     "CHECKIN_MODES",
     "DEFAULT_CONTRACT",
+    "DEFAULT_VAL_BATCHES",
     "MERGE_METHODS",
     "SwarmCallbackBase",
     "SwarmError",
     "SwarmParams",
+    "Validation",
     "loopback_enabled",
 ]
 
 DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
 MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
 CHECKIN_MODES = ("inactive", "snapshot", "active")
+DEFAULT_VAL_BATCHES = 4  # adsValData batches per evaluation: a fixed, small cost (see the module doc)
 FINAL_MESSAGE = "All peers and Swarm training rounds finished. Final Swarm model was loaded."
 
 # old parameter names of the reference system (v0.3/1.x) -> current ones
@@ -50,6 +59,15 @@ _ALIASES = {
 
 class SwarmError(ValueError):
     """A SwarmCallback parameter or a swarm operation is wrong; the message says which and why."""
+
+
+class Validation(NamedTuple):
+    """One evaluation of ``adsValData``: loss and metric (None when not asked for), batches evaluated."""
+
+    loss: float | None
+    metric: float | None
+    batches: int
+    metric_higher_is_better: bool = True
 
 
 def loopback_enabled() -> bool:
@@ -82,6 +100,7 @@ class SwarmParams:
     checkin_mode: str
     total_epochs: int
     sample_count: int | None
+    val_batches: int | None = DEFAULT_VAL_BATCHES
 
     def wire(self) -> dict[str, Any]:
         """What the SL needs to know of them."""
@@ -124,6 +143,7 @@ def parse_params(
     if adaptive and kwargs.get("adsValData") is None:
         raise SwarmError("SwarmCallback: useAdaptiveSync needs adsValData")
     samples = kwargs.get("sampleCount")
+    val_batches = kwargs.get("adsValBatches", DEFAULT_VAL_BATCHES)
     return SwarmParams(
         sync_frequency=_require_int("syncFrequency", sync_frequency, 1),
         min_peers=_require_int("minPeers", min_peers, 1),
@@ -134,6 +154,7 @@ def parse_params(
         checkin_mode=mode.lower(),
         total_epochs=total,
         sample_count=None if samples is None else _require_int("sampleCount", samples, 1),
+        val_batches=None if val_batches is None else _require_int("adsValBatches", val_batches, 1),
     )
 
 
@@ -149,7 +170,8 @@ def _default_logger() -> logging.Logger:
 
 
 _KNOWN = {
-    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "checkinModelOnTrainEnd",
+    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "adsValBatches",
+    "checkinModelOnTrainEnd",
     "nodeWeightage", "mergeMethod", "totalEpochs", "logger", "model", "lossFunction", "lossFunctionArgs",
     "metricFunction", "metricFunctionArgs", "ml_platform", "sampleCount", "hfMode",
 }  # fmt: skip
@@ -175,8 +197,10 @@ class SwarmCallbackBase(ABC):
         self.training_over = False
         self.last_loss: float | None = None
         self.last_metric: float | None = None
+        self.val_batches_evaluated = 0
+        self.adaptive = AdaptiveSync(self.params.sync_frequency) if self.params.use_adaptive_sync else None
         self.final_digest: str | None = None
-        self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0}
+        self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0, "validation": 0.0}
         self._flat: FlatState | None = None
         self._received: FlatState | None = None
         self._link: SLLink | None = None
@@ -200,8 +224,8 @@ class SwarmCallbackBase(ABC):
         """Copy weights from ``flat`` into the model, in place."""
 
     @abstractmethod
-    def _loss_and_metric(self) -> tuple[float | None, float | None]:
-        """Validation loss and metric with adsValData, or (None, None)."""
+    def _validation(self, max_batches: int | None) -> Validation:
+        """Loss and metric on the first ``max_batches`` batches of adsValData (None: all of them)."""
 
     @property
     @abstractmethod
@@ -216,6 +240,10 @@ class SwarmCallbackBase(ABC):
         """Give every rank the sync rank's reply and weights (single process: nothing to do)."""
         assert flat is not None  # noqa: S101 - the sync rank always receives weights
         return reply, flat
+
+    def _agree(self, value: int) -> int:
+        """The sync rank's ``value`` on every rank (single process: ``value``)."""
+        return value
 
     # --------------------------------------------------------------- session
     def _open_session(self) -> None:
@@ -289,6 +317,31 @@ class SwarmCallbackBase(ABC):
             return
         self._sync()
 
+    def _evaluate(self) -> Validation:
+        """Evaluate adsValData (at most ``adsValBatches`` batches); keep its loss and metric."""
+        started = time.perf_counter()
+        result = self._validation(self.params.val_batches)
+        self.timings["validation"] += time.perf_counter() - started
+        self.val_batches_evaluated += result.batches
+        self.last_loss, self.last_metric = result.loss, result.metric
+        return result
+
+    def _next_interval(self, reply: dict[str, Any]) -> int:
+        """Batches until the next sync: the adaptive policy's choice, or what the SL says."""
+        if self.adaptive is None:
+            return int(reply.get("next_sync_interval") or self.params.sync_frequency)
+        interval = self.adaptive.interval
+        if self._is_sync_rank():
+            result = self._evaluate()  # of the merged model, as the reference's getLoss does
+            if result.loss is not None:
+                interval = self.adaptive.update(result.loss, lower_is_better=True)
+            else:
+                higher = result.metric_higher_is_better
+                interval = self.adaptive.update(result.metric, lower_is_better=not higher)
+        interval = self._agree(interval)
+        self.adaptive.interval = interval
+        return interval
+
     def _sync(self) -> None:
         self.logger.info("Starting Swarm merging round")
         header = {
@@ -301,12 +354,12 @@ class SwarmCallbackBase(ABC):
         reply = self._exchange("sync", header)
         self.timings["sync"] += time.perf_counter() - started
         self.syncs_done += 1
-        self.steps_before_sync = int(reply.get("next_sync_interval") or self.params.sync_frequency)
         self.training_over = bool(reply.get("training_over", False))
-        self.last_loss, self.last_metric = self._loss_and_metric()
+        self.steps_before_sync = self._next_interval(reply)
         self.logger.info(
-            "Finished Swarm merging round %s (model %s)%s",
+            "Finished Swarm merging round %s (model %s)%s%s",
             reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
+            f"; next sync in {self.steps_before_sync} batches" if self.adaptive is not None else "",
         )  # fmt: skip
 
     def _loss_text(self) -> str:
@@ -318,10 +371,12 @@ class SwarmCallbackBase(ABC):
         return (": " + ", ".join(parts)) if parts else ""
 
     def on_epoch_end(self, epoch: Any = None, *args: Any, **kwargs: Any) -> None:
-        """Count the epoch and report progress to the swarm."""
+        """Count the epoch and report progress (with a bounded validation, when adaptive sync is off)."""
         self.epochs_completed += 1
         if self.loopback or not self._is_sync_rank():
             return
+        if self.adaptive is None and not self.training_over:
+            self._evaluate()
         self._call(
             "progress",
             {
