@@ -6,7 +6,9 @@ stand-in that answers like an SL (no socket), with real torch models and DataLoa
 
 from __future__ import annotations
 
+import re
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from swarmlearning.client.adaptive import AdaptiveSync
 from swarmlearning.client.swarm import DEFAULT_VAL_BATCHES, SwarmError
 from swarmlearning.pyt import SwarmCallback
+from tests.conftest import RunningSN
+from tests.swarm_helpers import start_sl
 
 
 # ------------------------------------------------------------------------------------- the policy
@@ -188,3 +192,25 @@ def test_bad_validation_settings_are_refused(
     }
     with pytest.raises(SwarmError, match=message):
         SwarmCallback(4, 1, **args)
+
+
+# ----------------------------------------------------------------------------------- a real swarm
+@pytest.mark.slow
+def test_nodes_under_adaptive_sync_meet_in_rounds_and_end_with_one_model(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    """Two real SLs with useAdaptiveSync: each picks its own interval, rounds close on quorum, both end.
+
+    Validation is bounded: 1 batch per round (the program prints its syncs and batches evaluated).
+    """
+    env = {"MIN_PEERS": 2, "ADAPTIVE": 1, "VAL_BATCHES": 1, "SYNC_FREQ": 2, "EPOCHS": 1, "BATCHES": 16}
+    nodes = [start_sl(sn, f"ads-{i}", tmp_path, SEED=i, **env) for i in (1, 2)]
+    codes = [node.wait() for node in nodes]
+    assert codes == [0, 0], [n.output()[-2000:] for n in nodes]
+    assert len({node.final_digest() for node in nodes} - {None}) == 1
+    for node in nodes:
+        found = re.search(r"SYNCS (\d+) VAL_BATCHES_EVALUATED (\d+)", node.output())
+        assert found is not None, node.output()[-2000:]
+        syncs, evaluated = int(found[1]), int(found[2])
+        assert 1 <= syncs <= 8 and evaluated == syncs
+        assert "next sync in" in node.output()
