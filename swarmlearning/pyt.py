@@ -57,7 +57,7 @@ class SwarmCallback(SwarmCallbackBase):
     training, ``on_batch_end()`` after every batch, ``on_epoch_end()`` after every epoch and
     ``on_train_end()`` at the end.
 
-    ``adsValData`` (a DataLoader) is evaluated on its first ``adsValBatches`` batches (default 4, ``None``
+    ``adsValData`` (a DataLoader) is evaluated on its first ``adsValBatches`` batches (default 2, ``None``
     for all): once per epoch, or after every sync round with ``useAdaptiveSync=True``, which then sets
     the sync interval (``swarmlearning.client.adaptive``). Use a loader without shuffling to compare the
     same samples every time.

@@ -40,7 +40,7 @@ __all__ = [
 DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
 MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
 CHECKIN_MODES = ("inactive", "snapshot", "active")
-DEFAULT_VAL_BATCHES = 4  # adsValData batches per evaluation: a fixed, small cost (see the module doc)
+DEFAULT_VAL_BATCHES = 2  # adsValData batches per evaluation: a fixed, small cost (see the module doc)
 FINAL_MESSAGE = "All peers and Swarm training rounds finished. Final Swarm model was loaded."
 
 # old parameter names of the reference system (v0.3/1.x) -> current ones
