@@ -1,8 +1,8 @@
 """SwarmCallbackBase: parameters and hooks of the reference system's SwarmCallback, any ML platform.
 
-A platform subclass (``swarmlearning.pyt``) supplies four things: collect the model's weights into a
-flat buffer, load weights from one, compute validation loss/metric on at most N batches, and name its
-platform. Everything else — validation of the parameters, the sync schedule (adaptive or not), when to
+A platform subclass (``swarmlearning.pyt``) supplies: collect the model's weights into a flat buffer,
+load weights from one, name its platform, and (optionally) compute validation loss/metric on at most N
+batches. Everything else — validation of the parameters, the sync schedule (adaptive or not), when to
 evaluate ``adsValData``, talking to the SL, the log lines — is here.
 
 What validation costs: ``adsValData`` feeds the loss/metric shown for progress and adaptive sync. It is
@@ -223,9 +223,12 @@ class SwarmCallbackBase(ABC):
     def _load_weights(self, flat: FlatState) -> None:
         """Copy weights from ``flat`` into the model, in place."""
 
-    @abstractmethod
     def _validation(self, max_batches: int | None) -> Validation:
-        """Loss and metric on the first ``max_batches`` batches of adsValData (None: all of them)."""
+        """Loss and metric on the first ``max_batches`` batches of adsValData (None: all of them).
+
+        A platform without validation data keeps this default: nothing evaluated.
+        """
+        return Validation(None, None, 0)
 
     @property
     @abstractmethod
