@@ -170,6 +170,8 @@ def overhead_row(model: str, sync_frequency: int, size: Size, alone: list[Run], 
     solo_times = " and ".join(f"{_mean(run.results, 'seconds'):.1f}" for run in alone)
     solo_cpu = float(np.mean([run.cpu_s for run in alone]))
     solo_wall = float(np.mean([run.wall_s for run in alone]))
+    ours_s, solo_s, outside = _mean(ours, "seconds"), _mean(solo, "seconds"), _loop_outside_swarm(ours)
+    calls_only = (ours_s - outside + solo_s) / solo_s  # the calls' share alone, whatever slowed the loop
     target = "ratio <= 1.05" if sync_frequency >= 128 else "ratio <= 1.3"
     note = (
         f"{NODES} nodes x {size.per_node} samples x {size.epochs} epochs, batch {BATCH_SIZE}; alone "
@@ -178,16 +180,17 @@ def overhead_row(model: str, sync_frequency: int, size: Size, alone: list[Run], 
         f"detail per node: {syncs} syncs, {in_sync:.2f} s in sync rounds "
         f"({in_sync / max(syncs, 1) * 1000:.0f} ms each), {_swarm_mean(ours, 'validation'):.2f} s in "
         f"validation, {_swarm_mean(ours, 'begin'):.2f} s in begin, {_swarm_mean(ours, 'end'):.2f} s in end, "
-        f"{_loop_outside_swarm(ours):.1f} s outside SwarmCallback (alone {_mean(solo, 'seconds'):.1f} s); "
+        f"{outside:.1f} s outside SwarmCallback (alone {solo_s:.1f} s), "
+        f"so the calls alone make {calls_only:.2f}x; "
         f"accuracy {_mean(ours, 'accuracy'):.3f} (alone {_mean(solo, 'accuracy'):.3f}); identical final "
         f"digests: {len(digests) == 1}"
     )
     return make_row(
         f"overhead: {model}, {NODES} nodes, syncFrequency {sync_frequency}",
-        _mean(ours, "seconds"),
+        ours_s,
         "s training per node",
         "same program alone (SWARM_LOOPBACK=true, 4 at once)",
-        _mean(solo, "seconds"),
+        solo_s,
         target=target,
         note=note,
     )
