@@ -7,13 +7,14 @@ into a torch view of that buffer), and back with in-place ``copy_`` — no per-s
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError
+from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError, Validation
 from wire.frames import layout_from_wire, layout_to_wire
 from wire.limits import packb, unpackb
 from wire.tensors import FlatState, TensorSpec, layout_of
@@ -55,6 +56,11 @@ class SwarmCallback(SwarmCallbackBase):
     ``SwarmCallback(syncFrequency, minPeers, model=model, ...)``; then ``on_train_begin()`` before
     training, ``on_batch_end()`` after every batch, ``on_epoch_end()`` after every epoch and
     ``on_train_end()`` at the end.
+
+    ``adsValData`` (a DataLoader) is evaluated on its first ``adsValBatches`` batches (default 2, ``None``
+    for all): once per epoch, or after every sync round with ``useAdaptiveSync=True``, which then sets
+    the sync interval (``swarmlearning.client.adaptive``). Use a loader without shuffling to compare the
+    same samples every time.
     """
 
     platform = "PYTORCH"
@@ -70,6 +76,8 @@ class SwarmCallback(SwarmCallbackBase):
         self.val_loader = loader
         self.loss_fn = self._make_loss(kwargs.get("lossFunction"), kwargs.get("lossFunctionArgs") or {})
         self.metric = self._make_metric(kwargs.get("metricFunction"), kwargs.get("metricFunctionArgs") or {})
+        if self.params.use_adaptive_sync and self.loss_fn is None and self.metric is None:
+            raise SwarmError("SwarmCallback: useAdaptiveSync needs lossFunction or metricFunction")
         self._views: tuple[tuple[TensorSpec, ...], list[torch.Tensor]] | None = None
         self._in_views: tuple[int, list[torch.Tensor]] | None = None
 
@@ -136,23 +144,24 @@ class SwarmCallback(SwarmCallbackBase):
                 tensor.copy_(by_name[name])
 
     # ------------------------------------------------------- loss and metric
-    def _loss_and_metric(self) -> tuple[float | None, float | None]:
+    def _validation(self, max_batches: int | None) -> Validation:
         loader = self.val_loader
         if loader is None or (self.loss_fn is None and self.metric is None):
-            return None, None
+            return Validation(None, None, 0)
         model = self.model
         was_training = model.training
         model.eval()
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        total_loss, count = 0.0, 0
+        total_loss, count, batches = 0.0, 0, 0
         if self.metric is not None:
             self.metric = self.metric.to(device)
             self.metric.reset()
         with torch.no_grad():
-            for batch_inputs, batch_targets in loader:
+            for batch_inputs, batch_targets in islice(loader, max_batches):
                 inputs, targets = batch_inputs.to(device), batch_targets.to(device)
                 outputs = model(inputs)
                 count += len(targets)
+                batches += 1
                 if self.loss_fn is not None:
                     loss = float(self.loss_fn(outputs, targets))
                     mean = getattr(self.loss_fn, "reduction", "mean") == "mean"
@@ -161,8 +170,9 @@ class SwarmCallback(SwarmCallbackBase):
                     self.metric.update(outputs, targets)
         model.train(was_training)
         loss_value = total_loss / max(count, 1) if self.loss_fn is not None else None
-        metric_value = float(self.metric.compute()) if self.metric is not None else None
-        return loss_value, metric_value
+        metric_value = float(self.metric.compute()) if self.metric is not None and batches else None
+        higher = bool(getattr(self.metric, "higher_is_better", True) is not False)
+        return Validation(loss_value, metric_value, batches, higher)
 
     # ------------------------------------------------- torchrun / DDP ranks
     @staticmethod
@@ -191,6 +201,15 @@ class SwarmCallback(SwarmCallbackBase):
         self._broadcast_buffer(dist, buffer, device)
         specs = layout_from_wire(meta["layout"], total, what="broadcast layout")
         return dict(meta["reply"]), FlatState(specs, buffer)
+
+    def _agree(self, value: int) -> int:
+        dist = self._dist()
+        if dist is None or dist.get_world_size() == 1:
+            return value
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+        box = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.broadcast(box, src=0)
+        return int(box.item())
 
     @staticmethod
     def _broadcast_bytes(dist: Any, data: bytes, device: torch.device | None) -> bytes:

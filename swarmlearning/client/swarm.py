@@ -1,8 +1,13 @@
 """SwarmCallbackBase: parameters and hooks of the reference system's SwarmCallback, any ML platform.
 
-A platform subclass (``swarmlearning.pyt``) supplies four things: collect the model's weights into a
-flat buffer, load weights from one, compute validation loss/metric, and name its platform. Everything
-else — validation of the parameters, the sync schedule, talking to the SL, the log lines — is here.
+A platform subclass (``swarmlearning.pyt``) supplies: collect the model's weights into a flat buffer,
+load weights from one, name its platform, and (optionally) compute validation loss/metric on at most N
+batches. Everything else — validation of the parameters, the sync schedule (adaptive or not), when to
+evaluate ``adsValData``, talking to the SL, the log lines — is here.
+
+What validation costs: ``adsValData`` feeds the loss/metric shown for progress and adaptive sync. It is
+evaluated on at most ``adsValBatches`` batches (default ``DEFAULT_VAL_BATCHES``; ``None``: the whole set)
+— once per epoch when adaptive sync is off, once per sync round when it is on — never in loopback.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from swarmlearning.client.adaptive import AdaptiveSync
 from swarmlearning.client.link import LinkError, SLLink
 from swarmlearning.client.privacy import DP_OPTIONS, SECURE_OPTION, privacy_params, secure_params
 from wire.frames import layout_from_wire, layout_to_wire
@@ -23,16 +29,19 @@ from wire.tensors import FlatState
 __all__ = [
     "CHECKIN_MODES",
     "DEFAULT_CONTRACT",
+    "DEFAULT_VAL_BATCHES",
     "MERGE_METHODS",
     "SwarmCallbackBase",
     "SwarmError",
     "SwarmParams",
+    "Validation",
     "loopback_enabled",
 ]
 
 DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
 MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
 CHECKIN_MODES = ("inactive", "snapshot", "active")
+DEFAULT_VAL_BATCHES = 2  # adsValData batches per evaluation: a fixed, small cost (see the module doc)
 FINAL_MESSAGE = "All peers and Swarm training rounds finished. Final Swarm model was loaded."
 
 # old parameter names of the reference system (v0.3/1.x) -> current ones
@@ -51,6 +60,15 @@ _ALIASES = {
 
 class SwarmError(ValueError):
     """A SwarmCallback parameter or a swarm operation is wrong; the message says which and why."""
+
+
+class Validation(NamedTuple):
+    """One evaluation of ``adsValData``: loss and metric (None when not asked for), batches evaluated."""
+
+    loss: float | None
+    metric: float | None
+    batches: int
+    metric_higher_is_better: bool = True
 
 
 def loopback_enabled() -> bool:
@@ -83,6 +101,7 @@ class SwarmParams:
     checkin_mode: str
     total_epochs: int
     sample_count: int | None
+    val_batches: int | None = DEFAULT_VAL_BATCHES
     privacy: dict[str, Any] = field(default_factory=dict)  # dp* and secureAggregation (client/privacy.py)
 
     def wire(self) -> dict[str, Any]:
@@ -104,7 +123,8 @@ def parse_params(
     sync_frequency: Any, min_peers: Any, kwargs: dict[str, Any], logger: logging.Logger
 ) -> SwarmParams:
     """Validate the constructor's arguments as the reference system does; raise SwarmError."""
-    contract = kwargs.get("trainingContract", DEFAULT_CONTRACT)
+    # In a RUN_TRIALS Mode: SWARM trial the SWOP names the trial's own contract; it is the default there.
+    contract = kwargs.get("trainingContract", os.environ.get("SWARM_TRIAL_CONTRACT") or DEFAULT_CONTRACT)
     if not isinstance(contract, str) or not contract:
         raise SwarmError("SwarmCallback: trainingContract must be a non-empty string")
     merge = kwargs.get("mergeMethod", "mean")
@@ -127,6 +147,7 @@ def parse_params(
     if adaptive and kwargs.get("adsValData") is None:
         raise SwarmError("SwarmCallback: useAdaptiveSync needs adsValData")
     samples = kwargs.get("sampleCount")
+    val_batches = kwargs.get("adsValBatches", DEFAULT_VAL_BATCHES)
     return SwarmParams(
         sync_frequency=_require_int("syncFrequency", sync_frequency, 1),
         min_peers=_require_int("minPeers", min_peers, 1),
@@ -137,6 +158,7 @@ def parse_params(
         checkin_mode=mode.lower(),
         total_epochs=total,
         sample_count=None if samples is None else _require_int("sampleCount", samples, 1),
+        val_batches=None if val_batches is None else _require_int("adsValBatches", val_batches, 1),
         privacy={**privacy_params(kwargs, SwarmError), **secure_params(kwargs, merge.lower(), SwarmError)},
     )
 
@@ -153,7 +175,8 @@ def _default_logger() -> logging.Logger:
 
 
 _KNOWN = {
-    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "checkinModelOnTrainEnd",
+    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "adsValBatches",
+    "checkinModelOnTrainEnd",
     "nodeWeightage", "mergeMethod", "totalEpochs", "logger", "model", "lossFunction", "lossFunctionArgs",
     "metricFunction", "metricFunctionArgs", "ml_platform", "sampleCount", "hfMode",
     *DP_OPTIONS, SECURE_OPTION,
@@ -180,8 +203,10 @@ class SwarmCallbackBase(ABC):
         self.training_over = False
         self.last_loss: float | None = None
         self.last_metric: float | None = None
+        self.val_batches_evaluated = 0
+        self.adaptive = AdaptiveSync(self.params.sync_frequency) if self.params.use_adaptive_sync else None
         self.final_digest: str | None = None
-        self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0}
+        self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0, "validation": 0.0}
         self._flat: FlatState | None = None
         self._received: FlatState | None = None
         self._link: SLLink | None = None
@@ -204,9 +229,12 @@ class SwarmCallbackBase(ABC):
     def _load_weights(self, flat: FlatState) -> None:
         """Copy weights from ``flat`` into the model, in place."""
 
-    @abstractmethod
-    def _loss_and_metric(self) -> tuple[float | None, float | None]:
-        """Validation loss and metric with adsValData, or (None, None)."""
+    def _validation(self, max_batches: int | None) -> Validation:
+        """Loss and metric on the first ``max_batches`` batches of adsValData (None: all of them).
+
+        A platform without validation data keeps this default: nothing evaluated.
+        """
+        return Validation(None, None, 0)
 
     @property
     @abstractmethod
@@ -221,6 +249,10 @@ class SwarmCallbackBase(ABC):
         """Give every rank the sync rank's reply and weights (single process: nothing to do)."""
         assert flat is not None  # noqa: S101 - the sync rank always receives weights
         return reply, flat
+
+    def _agree(self, value: int) -> int:
+        """The sync rank's ``value`` on every rank (single process: ``value``)."""
+        return value
 
     # --------------------------------------------------------------- session
     def _open_session(self) -> None:
@@ -294,6 +326,31 @@ class SwarmCallbackBase(ABC):
             return
         self._sync()
 
+    def _evaluate(self) -> Validation:
+        """Evaluate adsValData (at most ``adsValBatches`` batches); keep its loss and metric."""
+        started = time.perf_counter()
+        result = self._validation(self.params.val_batches)
+        self.timings["validation"] += time.perf_counter() - started
+        self.val_batches_evaluated += result.batches
+        self.last_loss, self.last_metric = result.loss, result.metric
+        return result
+
+    def _next_interval(self, reply: dict[str, Any]) -> int:
+        """Batches until the next sync: the adaptive policy's choice, or what the SL says."""
+        if self.adaptive is None:
+            return int(reply.get("next_sync_interval") or self.params.sync_frequency)
+        interval = self.adaptive.interval
+        if self._is_sync_rank():
+            result = self._evaluate()  # of the merged model, as the reference's getLoss does
+            if result.loss is not None:
+                interval = self.adaptive.update(result.loss, lower_is_better=True)
+            else:
+                higher = result.metric_higher_is_better
+                interval = self.adaptive.update(result.metric, lower_is_better=not higher)
+        interval = self._agree(interval)
+        self.adaptive.interval = interval
+        return interval
+
     def _sync(self) -> None:
         self.logger.info("Starting Swarm merging round")
         header = {
@@ -306,12 +363,12 @@ class SwarmCallbackBase(ABC):
         reply = self._exchange("sync", header)
         self.timings["sync"] += time.perf_counter() - started
         self.syncs_done += 1
-        self.steps_before_sync = int(reply.get("next_sync_interval") or self.params.sync_frequency)
         self.training_over = bool(reply.get("training_over", False))
-        self.last_loss, self.last_metric = self._loss_and_metric()
+        self.steps_before_sync = self._next_interval(reply)
         self.logger.info(
-            "Finished Swarm merging round %s (model %s)%s",
+            "Finished Swarm merging round %s (model %s)%s%s",
             reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
+            f"; next sync in {self.steps_before_sync} batches" if self.adaptive is not None else "",
         )  # fmt: skip
 
     def _loss_text(self) -> str:
@@ -323,10 +380,12 @@ class SwarmCallbackBase(ABC):
         return (": " + ", ".join(parts)) if parts else ""
 
     def on_epoch_end(self, epoch: Any = None, *args: Any, **kwargs: Any) -> None:
-        """Count the epoch and report progress to the swarm."""
+        """Count the epoch and report progress (with a bounded validation, when adaptive sync is off)."""
         self.epochs_completed += 1
         if self.loopback or not self._is_sync_rank():
             return
+        if self.adaptive is None and not self.training_over:
+            self._evaluate()
         self._call(
             "progress",
             {

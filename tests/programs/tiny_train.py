@@ -4,6 +4,7 @@ Environment: MIN_PEERS, SYNC_FREQ, EPOCHS, BATCHES (per epoch), SEED, CONTRACT, 
 FAIL_AT_BATCH (exit 3 there), SLEEP_PER_BATCH (seconds), HIDDEN (width: another width, another model),
 DP_NOISE and DP_CLIP (differential privacy: dpNoiseMultiplier, dpClipNorm), SECURE=1 (secureAggregation).
 POISON=nan (a broken site: its first weight matrix turns NaN after every step).
+ADAPTIVE (1: useAdaptiveSync), VAL_BATCHES (adsValBatches; validation batches are 8 samples).
 Under torchrun (RANK set; ``swarm sl --ml-nproc 2``) it trains with DistributedDataParallel on the gloo
 backend, each rank on its half of every batch; rank 0 alone talks to the SL.
 """
@@ -31,7 +32,7 @@ if torch.distributed.is_initialized():
     model = torch.nn.parallel.DistributedDataParallel(model)
 data = torch.randn(256, 8, generator=torch.Generator().manual_seed(100 + seed))
 labels = (data[:, 0] + data[:, 1] > 0).long()
-val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[:64], labels[:64]), batch_size=32)
+val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[:64], labels[:64]), batch_size=8)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 loss_fn = torch.nn.CrossEntropyLoss()
 epochs, batches = int(env("EPOCHS", "2")), int(env("BATCHES", "8"))
@@ -44,6 +45,8 @@ callback = SwarmCallback(
     model=model,
     totalEpochs=epochs,
     adsValData=val,
+    useAdaptiveSync=env("ADAPTIVE", "0") == "1",
+    adsValBatches=int(env("VAL_BATCHES", "4")),
     lossFunction="CrossEntropyLoss",
     **(dp if env("DP_NOISE") else {}),
     **({"secureAggregation": True} if env("SECURE") else {}),
@@ -79,6 +82,7 @@ scratch = Path(env("SCRATCH_DIR", "."))
 scratch.mkdir(parents=True, exist_ok=True)
 if rank == 0:
     torch.save(state, scratch / "final_model.pt")
+print(f"SYNCS {callback.syncs_done} VAL_BATCHES_EVALUATED {callback.val_batches_evaluated}", flush=True)
 print(f"FINAL_DIGEST {digest}" + (f" rank {rank}" if world > 1 else ""), flush=True)
 # DDP (and the callback holding it) keep the process group alive; a group left to the interpreter's exit
 # aborts the rank there ("terminate called without an active exception"). Drop them, then leave.

@@ -1,4 +1,4 @@
-"""Flower ClientApp: on each train message, ``local-steps`` batches from the node's shard (``task``)."""
+"""Flower ClientApp: on each train message, ``local-epochs`` whole epochs of the node's shard (``task``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def train(msg: Message, context: Context) -> Message:
         train_ds,
         partition=int(node["partition-id"]),
         rnd=int(msg.content["config"]["server-round"]),
-        steps=int(run["local-steps"]),
+        steps=task.round_steps(
+            train_ds, local_epochs=int(run["local-epochs"]), batch_size=int(run["batch-size"])
+        ),
         batch_size=int(run["batch-size"]),
     )
     for _ in steps:

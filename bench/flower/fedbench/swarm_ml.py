@@ -1,9 +1,9 @@
 """The swarm side of the Flower comparison: the same rounds as the Flower ClientApp, with SwarmCallback.
 
 Run by each SL (spawned by the SWOP) as ``python3 model/swarm_ml.py``. Environment: ``MNIST_PYT`` (the
-example's model program), ``DATA_DIR`` (this node's shard), ``PARTITION``, ``ROUNDS``, ``LOCAL_STEPS``,
-``BATCH_SIZE``, ``MIN_PEERS``, ``RESULT_DIR``. Every ``LOCAL_STEPS`` batches the node merges with its peers
-(one sync round); partition 0 tests the final swarm model and every node writes ``node<P>.json``.
+example's model program), ``DATA_DIR`` (this node's shard), ``PARTITION``, ``ROUNDS``, ``LOCAL_EPOCHS``,
+``BATCH_SIZE``, ``MIN_PEERS``, ``RESULT_DIR``. After every ``LOCAL_EPOCHS`` whole epochs the node merges with
+its peers (one sync round); partition 0 tests the final swarm model and every node writes ``node<P>.json``.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from swarmlearning.pyt import SwarmCallback
 
 
 def main() -> None:
-    """Train ``ROUNDS`` rounds of ``LOCAL_STEPS`` batches, merging after each, then test the final model."""
+    """Train ``ROUNDS`` rounds of ``LOCAL_EPOCHS`` epochs, merging after each, then test the final model."""
     env = os.environ
     partition, rounds = int(env["PARTITION"]), int(env["ROUNDS"])
-    steps, batch_size = int(env["LOCAL_STEPS"]), int(env["BATCH_SIZE"])
+    batch_size = int(env["BATCH_SIZE"])
     train_ds, test_ds = task.load_shard(env["DATA_DIR"])
+    steps = task.round_steps(train_ds, local_epochs=int(env["LOCAL_EPOCHS"]), batch_size=batch_size)
     model = task.make_net()
     swarm = SwarmCallback(
         syncFrequency=steps,
         minPeers=int(env["MIN_PEERS"]),
         model=model,
-        totalEpochs=1,
+        totalEpochs=rounds,  # one on_epoch_end (progress report) per round
         sampleCount=len(train_ds),
         mergeMethod="mean",
     )
@@ -41,7 +42,7 @@ def main() -> None:
         ):
             swarm.on_batch_end()
         round_done.append(time.time())
-    swarm.on_epoch_end(0)
+        swarm.on_epoch_end(rnd - 1)  # progress for the ledger: one report per round
     swarm.on_train_end()
     result = {"partition": partition, "round_done": round_done, "end": time.time()}
     if partition == 0:

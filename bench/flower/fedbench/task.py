@@ -2,13 +2,15 @@
 
 The model, the data loading and the evaluation are the mnist-pyt example's own (``Net``, ``load_data``,
 ``evaluate`` of ``examples/mnist-pyt/model/mnist_pyt.py``), loaded from the file the ``MNIST_PYT`` environment
-variable or the caller names. A round is ``steps`` batches of ``batch_size`` in an order fixed by the node's
-partition and the round number, with a fresh Adam optimizer (the same on both sides), on one torch thread.
+variable or the caller names. A round is ``local_epochs`` whole passes over the node's shard in batches of
+``batch_size`` (``round_steps``), in an order fixed by the node's partition and the round number, with a
+fresh Adam optimizer (the same on both sides), on one torch thread.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-__all__ = ["evaluate", "example", "load_shard", "make_net", "train_round"]
+__all__ = ["evaluate", "example", "load_shard", "make_net", "round_steps", "train_round"]
 
 LEARNING_RATE = 1e-3
 SEED = 0
@@ -55,6 +57,11 @@ def load_shard(data_dir: str, path: str | None = None) -> tuple[TensorDataset, T
     vars(module)["data_dir"] = Path(data_dir)  # where the example's load_data reads mnist.npz
     train, test = module.load_data()
     return train, test
+
+
+def round_steps(data: TensorDataset, *, local_epochs: int, batch_size: int) -> int:
+    """Batches in ``local_epochs`` whole passes over ``data``."""
+    return local_epochs * math.ceil(len(data) / batch_size)
 
 
 def _batches(data: TensorDataset, batch_size: int, seed: int) -> Iterator[Any]:
