@@ -195,7 +195,11 @@ class ClusterRole:
             if revision is None:
                 await asyncio.sleep(pause)
                 continue
-            await self._seal_while_leading(revision, sealing_role)
+            try:
+                await self._seal_while_leading(revision, sealing_role)
+            except (nats.errors.Error, TimeoutError) as exc:  # e.g. our NATS node died: campaign again
+                log.warning("cannot seal now: %s; campaigning again", exc or type(exc).__name__)
+                await asyncio.sleep(pause)
 
     async def _seal_while_leading(self, revision: int, sealing_role: SealingRole) -> None:
         started = time.monotonic()
@@ -215,7 +219,7 @@ class ClusterRole:
                 await asyncio.shield(self.log.release(self._revision))
             raise
         except ExceptionGroup as group_exc:
-            stopped, rest = group_exc.split((Fenced, ChainLogError))
+            stopped, rest = group_exc.split((Fenced, ChainLogError, nats.errors.Error, TimeoutError))
             if rest is not None:
                 raise rest from None
             assert stopped is not None  # noqa: S101 - one of the two parts is not None
