@@ -245,6 +245,7 @@ def leader_mid_merge(work: Path) -> Outcome:
         fault_at = time.time()
         _kill(swarm, leader)
         out = Outcome(f"SIGKILL of the leader during its merge (round {closed['round']})")
+        out.note = "every SL waits 3 s before merging (SWARM_DEBUG_MERGE_DELAY), the replacement too"
         return _finish(swarm, out, [n for n in swarm.names if n != leader], fault_at)
 
 
@@ -262,6 +263,7 @@ def leader_after_merged(work: Path, *, dataplane: bool = True) -> Outcome:
         _kill(swarm, leader)
         how = "" if dataplane else ", no data plane"
         out = Outcome(f"SIGKILL of the leader right after round.merged (round {merged['round']}{how})")
+        out.note = f"{BIG_HIDDEN * 11 * 4 / 1e6:.1f} MB model"
         return _finish(swarm, out, [n for n in swarm.names if n != leader], fault_at)
 
 
@@ -366,13 +368,14 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     """Table rows: seconds from the fault to the next merged round; target 10 s."""
     rows = []
     for r in measure(quick):
-        note = f"{r.outcome}; one final digest: {'yes' if r.one_digest else 'no'}; {r.alive}"
+        waits = r.fault.startswith("minPeers")
+        digest = "" if waits else f"; one final digest: {'yes' if r.one_digest else 'no'}"
+        note = "; ".join(x for x in (f"{r.outcome}{digest}", r.alive, r.note) if x)
         rows.append(
             make_row(
                 r.fault, round(r.recovery_s, 2), "s to next merged round",
                 "median time between merged rounds before the fault", round(r.interval_s, 2),
-                target="value <= 10" if not r.fault.startswith("minPeers") else "",
-                note=f"{note}; {r.note}" if r.note else note,
+                target="" if waits else "value <= 10", note=note,
             )
         )  # fmt: skip
     return rows
