@@ -40,6 +40,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("scale", "bench.scale"),
     ("fuzz", "bench.fuzz"),
     ("failover", "bench.failover"),
+    ("faults", "bench.faults"),
 )
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,

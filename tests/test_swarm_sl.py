@@ -159,3 +159,38 @@ def test_a_node_sending_nan_is_left_out_and_the_swarm_finishes(sn: RunningSN, tm
     perf = asyncio.run(_contract_view(sn, "contract.perfdata"))
     excluded = {row["uid"]: row["excluded"] for row in perf}  # type: ignore[attr-defined]
     assert excluded["sl-1"] == status["excluded_rows"] and excluded["sl-2"] == 0
+
+
+async def _first_merged(sn: RunningSN, timeout: float = 60) -> dict[str, object]:
+    """The first merged round that is not the initial one, as soon as the ledger records it."""
+    async with Bus(BusConfig(sn.address, "swci-merged", "swci")) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=10)
+        async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                view = await ledger.query("contract.rounds", name="defaultbb.cqdb.sml.hpe")
+                merged = [r for r in view["finished"] if r["status"] == "MERGED" and not r["init"]]
+                if merged:
+                    return merged[0]
+                await watch.next(timeout=max(deadline - loop.time(), 0.1))
+
+
+def test_a_leader_killed_right_after_round_merged_leaves_the_others_training(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    # A big model pulled through the broker (no early pull over the data plane) keeps the others
+    # pulling when the leader dies: they go on with their own models and the next round merges.
+    broker_only = {"SWARM_DATAPLANE": "off"}
+    nodes = {
+        f"sl-{i}": start_sl(
+            sn, f"sl-{i}", tmp_path, sl_env=broker_only, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12,
+            HIDDEN=200_000,
+        )
+        for i in range(1, 4)
+    }  # fmt: skip
+    leader = str(asyncio.run(_first_merged(sn))["leader"])
+    nodes[leader].kill()
+    survivors = [n for uid, n in nodes.items() if uid != leader]
+    assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
+    assert survivors[0].final_digest() == survivors[1].final_digest() is not None

@@ -316,10 +316,26 @@ class RoundEngine:
         final = bool(rnd.get("final"))
         result = await self._prefetched(str(rnd["digest"]), number, final=final)
         if result is None:
-            sources = [rnd.get("leader"), *(rnd.get("contributors") or [])]
-            result = await self._load(str(rnd["digest"]), [s for s in sources if s], number, final=final)
+            result = await self._load_merged(rnd, number, own, digest, final=final)
         self._timer.mark("load")
         return result, leading
+
+    async def _load_merged(
+        self, rnd: dict[str, Any], number: int, own: FlatState, digest: str, *, final: bool
+    ) -> RoundResult:
+        """Round ``number``'s merged model, from its leader or else from any participant that loaded it.
+
+        When none serves it (the leader died between ``round.merged`` and the pulls), a non-final round
+        goes on with this node's own model, which it checks in to the next round; a final round fails.
+        """
+        sources = [rnd.get("leader"), *(rnd.get("contributors") or []), *(rnd.get("participants") or [])]
+        try:
+            return await self._load(str(rnd["digest"]), [str(s) for s in sources if s], number, final=final)
+        except BusError as exc:
+            if final:
+                raise
+            log.warning("round %d: %s; continuing with own model into the next round", number, exc)
+            return RoundResult(own, digest, number, merged=False)
 
     async def _load(
         self, digest: str, sources: Sequence[str], number: int | None, *, final: bool = False

@@ -1,0 +1,391 @@
+"""The fault matrix: one fault per row against a small real swarm, and the seconds it costs.
+
+Every row starts its own swarm: an SN (with the mosquitto it supervises) and ``PEERS`` standalone SLs
+running the tiny torch program (``tests/programs/tiny_train.py``), injects one fault, waits for the
+survivors to end (bounded), and reads the ledger's finished rounds. Columns: the outcome (finished, or
+failed with the survivors' message), whether the survivors hold one final digest, whether the SN (and
+its broker) is up and every survivor exited 0, and the seconds from the fault to the next merged round
+(the ledger time of the first ``round.merged`` after the fault, from the chain's history; the baseline is
+the median time between merged rounds before it). Everything a row starts is stopped by PID.
+
+Run: ``.venv/bin/python bench/faults.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import re
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, make_row, print_rows
+from bench.processes import Processes, descendants
+from bench.swarm_setup import CONTRACT, SWARM, ledger_session, start_sn
+
+__all__ = ["Outcome", "run"]
+
+PROGRAM = ROOT / "tests" / "programs" / "tiny_train.py"
+PEERS = 4
+TRAINING = {"EPOCHS": 3, "BATCHES": 8, "SYNC_FREQ": 4, "SLEEP_PER_BATCH": 0.1, "MIN_PEERS": 2}
+FAULT_AFTER_ROUND = 2  # the fault comes once this many rounds have merged
+END_TIMEOUT = 150.0  # seconds the survivors get to finish after the fault
+SN_DOWN_S = 5.0
+BIG_HIDDEN = 200_000  # 8.8 MB of weights: pulls long enough for a kill to land between merge and pull
+
+
+@dataclass
+class Outcome:
+    """What one row measured."""
+
+    fault: str
+    outcome: str = ""
+    one_digest: bool = False
+    alive: str = ""
+    recovery_s: float = float("nan")
+    interval_s: float = float("nan")
+    note: str = ""
+    merged: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Swarm:
+    """One row's swarm: its processes, the SN's port and data, the SL names."""
+
+    procs: Processes
+    port: int
+    data: Path
+    work: Path
+    names: list[str]
+
+    def sn_argv(self) -> list[str]:
+        return [SWARM, "sn", "--sentinel", "--data-dir", str(self.data), "--sn-api-port", str(self.port)]
+
+
+def _start_sl(swarm: Swarm, uid: str, env: Mapping[str, object], sl_env: Mapping[str, str]) -> None:
+    node = swarm.work / uid
+    node.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROGRAM, node / PROGRAM.name)
+    argv = [SWARM, "sl", "--name", uid, "--sn-api-port", str(swarm.port), "--ml-w", str(node),
+            "--ml-cmd", PROGRAM.name, "--run-dir", str(node / "run"), "--linger", "5"]  # fmt: skip
+    for key, value in {"SCRATCH_DIR": node / "scratch", **env}.items():
+        argv += ["--ml-e", f"{key}={value}"]
+    swarm.procs.start(uid, argv, env=dict(sl_env))
+
+
+def _start_swarm(
+    procs: Processes,
+    work: Path,
+    *,
+    peers: int = PEERS,
+    env: Mapping[str, object] | None = None,
+    per_node: Mapping[str, Mapping[str, object]] | None = None,
+    sl_env: Mapping[str, str] | None = None,
+) -> Swarm:
+    data = work / "sn"
+    port = start_sn(procs, data)
+    swarm = Swarm(procs, port, data, work, [f"sl-{i}" for i in range(1, peers + 1)])
+    for i, uid in enumerate(swarm.names, 1):
+        node_env = {**TRAINING, "SEED": i, **(env or {}), **(per_node or {}).get(uid, {})}
+        _start_sl(swarm, uid, node_env, sl_env or {})
+    return swarm
+
+
+async def _merged_times(port: int) -> list[float]:
+    """Ledger times of every ``round.merged`` of the contract's latest run, from the chain's history."""
+    async with ledger_session(port, "bench-faults") as ledger:
+        history = await ledger.history(CONTRACT)
+    return sorted(float(r["time"]) for r in history["records"] if r["kind"] == "round")
+
+
+async def _wait_round(
+    port: int, pick: Callable[[dict[str, Any]], dict[str, Any] | None], timeout: float
+) -> Any:
+    """The first round ``pick`` returns from the ledger's rounds view, watched as it changes."""
+    async with ledger_session(port, "bench-faults-watch") as ledger:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async with ledger.watch("round", CONTRACT) as watch:
+            while True:
+                with_view = dict(await ledger.query("contract.rounds", name=CONTRACT))
+                found = pick(with_view)
+                if found is not None:
+                    return found
+                if loop.time() > deadline:
+                    raise RuntimeError(f"no such round within {timeout:g} s")
+                await watch.next(timeout=max(deadline - loop.time(), 0.05))
+
+
+def _merged_after(count: int) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    def pick(view: dict[str, Any]) -> dict[str, Any] | None:
+        merged = [r for r in view["finished"] if r["status"] == "MERGED" and not r["init"]]
+        return merged[count - 1] if len(merged) >= count else None
+
+    return pick
+
+
+def _closed_round(view: dict[str, Any]) -> dict[str, Any] | None:
+    closed = [r for r in view["closed"] if not r["init"] and r["leader"] and r["round"] > FAULT_AFTER_ROUND]
+    return closed[0] if closed else None
+
+
+def _wait_exit(swarm: Swarm, names: list[str], timeout: float) -> dict[str, int | None]:
+    deadline = time.monotonic() + timeout
+    codes: dict[str, int | None] = {}
+    for name in names:
+        proc = swarm.procs.started[name]
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        codes[name] = proc.poll()
+    return codes
+
+
+def _kill(swarm: Swarm, name: str) -> None:
+    """SIGKILL ``name`` and its process group (its ML program), as a crash would."""
+    proc = swarm.procs.started[name]
+    for pid in descendants(proc.pid):
+        _sigkill(pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _sigkill(pid: int) -> None:
+    """SIGKILL one PID, gone or not."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _broker_pid(sn_pid: int) -> int:
+    for pid in descendants(sn_pid):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "mosquitto":
+                return pid
+        except OSError:
+            continue
+    raise RuntimeError("the SN runs no mosquitto")
+
+
+def _digests(swarm: Swarm, names: list[str]) -> set[str | None]:
+    found = set()
+    for name in names:
+        hits = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", swarm.procs.output(name))
+        found.add(hits[-1] if hits else None)
+    return found
+
+
+def _failure(swarm: Swarm, names: list[str], codes: Mapping[str, int | None]) -> str:
+    for name in names:
+        if codes[name] != 0:
+            lines = [
+                line for line in swarm.procs.output(name).splitlines()
+                if re.search(r"error|cannot|failed|timed out", line, re.IGNORECASE)
+            ]  # fmt: skip
+            why = lines[-1].strip()[-160:] if lines else "no message"
+            state = "still running" if codes[name] is None else f"exit {codes[name]}"
+            return f"failed: {name} {state}: {why}"
+    return "finished"
+
+
+def _finish(swarm: Swarm, out: Outcome, survivors: list[str], fault_at: float) -> Outcome:
+    """Wait for ``survivors``, then fill ``out`` from their exits, their digests and the ledger."""
+    codes = _wait_exit(swarm, survivors, END_TIMEOUT)
+    out.outcome = _failure(swarm, survivors, codes)
+    digests = _digests(swarm, survivors)
+    out.one_digest = len(digests) == 1 and None not in digests
+    sn = swarm.procs.started["sn"]
+    broker_up = any(
+        Path(f"/proc/{p}/comm").exists() and Path(f"/proc/{p}/comm").read_text().strip() == "mosquitto"
+        for p in descendants(sn.pid)
+    )
+    sn_up = sn.poll() is None
+    exits = "all exit 0" if all(c == 0 for c in codes.values()) else f"exits {list(codes.values())}"
+    out.alive = f"SN {'up' if sn_up else 'DOWN'}, broker {'up' if broker_up else 'DOWN'}, SLs {exits}"
+    if sn_up:
+        out.merged = asyncio.run(_merged_times(swarm.port))
+        after = [t for t in out.merged if t > fault_at]
+        before = [b - a for a, b in itertools.pairwise(t for t in out.merged if t <= fault_at)]
+        out.recovery_s = after[0] - fault_at if after else float("nan")
+        out.interval_s = statistics.median(before) if before else float("nan")
+    return out
+
+
+# ------------------------------------------------------------------------------------------- rows
+
+
+def sl_kill(work: Path) -> Outcome:
+    """SIGKILL of an SL that is not leading."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work)
+        merged = asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+        victim = next(n for n in reversed(swarm.names) if n != merged["leader"])
+        fault_at = time.time()
+        _kill(swarm, victim)
+        survivors = [n for n in swarm.names if n != victim]
+        return _finish(swarm, Outcome(f"SIGKILL of an SL ({victim})"), survivors, fault_at)
+
+
+def leader_mid_merge(work: Path) -> Outcome:
+    """SIGKILL of a round's leader while it merges (every SL waits 3 s before merging)."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work, sl_env={"SWARM_DEBUG_MERGE_DELAY": "3"})
+        closed = asyncio.run(_wait_round(swarm.port, _closed_round, 120))
+        leader = str(closed["leader"])
+        fault_at = time.time()
+        _kill(swarm, leader)
+        out = Outcome(f"SIGKILL of the leader during its merge (round {closed['round']})")
+        out.note = "every SL waits 3 s before merging (SWARM_DEBUG_MERGE_DELAY), the replacement too"
+        return _finish(swarm, out, [n for n in swarm.names if n != leader], fault_at)
+
+
+def leader_after_merged(work: Path, *, dataplane: bool = True) -> Outcome:
+    """SIGKILL of a round's leader as soon as the ledger says ``round.merged`` (before the pulls).
+
+    With the data plane the others pull the merge early (from the round's close), so they mostly hold
+    it already; without it (``SWARM_DATAPLANE=off``) they pull through the broker after the event."""
+    with Processes(work / "logs") as procs:
+        sl_env = {} if dataplane else {"SWARM_DATAPLANE": "off"}
+        swarm = _start_swarm(procs, work, env={"HIDDEN": BIG_HIDDEN}, sl_env=sl_env)
+        merged = asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+        leader = str(merged["leader"])
+        fault_at = time.time()
+        _kill(swarm, leader)
+        how = "" if dataplane else ", no data plane"
+        out = Outcome(f"SIGKILL of the leader right after round.merged (round {merged['round']}{how})")
+        out.note = f"{BIG_HIDDEN * 11 * 4 / 1e6:.1f} MB model"
+        return _finish(swarm, out, [n for n in swarm.names if n != leader], fault_at)
+
+
+def leader_after_merged_broker(work: Path) -> Outcome:
+    """The same, every model through the broker (``SWARM_DATAPLANE=off``): no early pull."""
+    return leader_after_merged(work, dataplane=False)
+
+
+def sn_restart(work: Path) -> Outcome:
+    """SIGKILL of the SN (and its broker), restarted on the same data and port after ``SN_DOWN_S``."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work)
+        asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+        fault_at = time.time()
+        _kill(swarm, "sn")
+        procs.started.pop("sn")
+        time.sleep(SN_DOWN_S)
+        procs.start("sn", swarm.sn_argv())
+        procs.wait_for_line("sn", "Starting SWARM-API-SERVER", 60)
+        out = Outcome(f"SIGKILL of the SN (and its broker), restarted after {SN_DOWN_S:g} s")
+        return _finish(swarm, out, list(swarm.names), fault_at)
+
+
+def broker_kill(work: Path) -> Outcome:
+    """SIGKILL of the mosquitto the SN supervises (the SN restarts it)."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work)
+        asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+        fault_at = time.time()
+        _sigkill(_broker_pid(procs.started["sn"].pid))
+        return _finish(swarm, Outcome("SIGKILL of the broker (mosquitto)"), list(swarm.names), fault_at)
+
+
+def nan_peer(work: Path) -> Outcome:
+    """One peer's weights turn NaN after every step (coordmedian); the fault is its first check-in."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work, env={"MERGE": "coordmedian"}, per_node={"sl-1": {"POISON": "nan"}})
+        first = asyncio.run(_wait_round(swarm.port, _closed_round_any, 120))
+        out = _finish(swarm, Outcome("one peer sends NaN weights (coordmedian)"), list(swarm.names), 0.0)
+        fault_at = float(first["closed_at"])
+        after = [t for t in out.merged if t >= fault_at]
+        out.recovery_s = after[0] - fault_at if after else float("nan")
+        if len(out.merged) > 1:
+            out.interval_s = statistics.median(b - a for a, b in itertools.pairwise(out.merged))
+        out.note = "from the first round's close to its merge (the NaN row left out)"
+        return out
+
+
+def _closed_round_any(view: dict[str, Any]) -> dict[str, Any] | None:
+    done = [r for r in [*view["closed"], *view["finished"]] if not r["init"] and r.get("closed_at")]
+    return min(done, key=lambda r: r["round"]) if done else None
+
+
+def min_peers_unreachable(work: Path) -> Outcome:
+    """minPeers 4 with 3 SLs: nobody can merge; the SLs must say whom they wait for."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work, peers=3, env={"MIN_PEERS": PEERS})
+        deadline = time.monotonic() + 90
+        line = ""
+        while not line and time.monotonic() < deadline:
+            for name in swarm.names:
+                hits = [x for x in procs.output(name).splitlines() if "waits for" in x]
+                if hits:
+                    line = hits[-1].strip()
+                    break
+            time.sleep(0.2)
+        out = Outcome("minPeers 4, 3 SLs (unreachable quorum)")
+        out.outcome = "waits, as asked" if line else "waits silently"
+        out.alive = "SN up" if procs.started["sn"].poll() is None else "SN DOWN"
+        out.note = line[line.find("round ") :][:200] if line else "no line says whom it waits for within 90 s"
+        return out
+
+
+ROWS: tuple[Callable[[Path], Outcome], ...] = (
+    sl_kill,
+    leader_mid_merge,
+    leader_after_merged,
+    leader_after_merged_broker,
+    sn_restart,
+    broker_kill,
+    nan_peer,
+    min_peers_unreachable,
+)
+QUICK: tuple[Callable[[Path], Outcome], ...] = (sl_kill, leader_after_merged_broker, nan_peer)
+
+
+def measure(quick: bool = False) -> list[Outcome]:
+    """Every row (a failing row says why and the others still run)."""
+    results = []
+    for row in QUICK if quick else ROWS:
+        with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
+            try:
+                results.append(row(Path(tmp)))
+            except Exception as exc:
+                why = f"bench error: {type(exc).__name__}: {exc}"[:300]
+                results.append(Outcome(row.__name__, outcome=why))
+        print(f"[faults] {results[-1]}", flush=True)
+    return results
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Table rows: seconds from the fault to the next merged round; target 10 s."""
+    rows = []
+    for r in measure(quick):
+        waits = r.fault.startswith("minPeers")
+        digest = "" if waits else f"; one final digest: {'yes' if r.one_digest else 'no'}"
+        note = "; ".join(x for x in (f"{r.outcome}{digest}", r.alive, r.note) if x)
+        rows.append(
+            make_row(
+                r.fault, round(r.recovery_s, 2), "s to next merged round",
+                "median time between merged rounds before the fault", round(r.interval_s, 2),
+                target="" if waits else "value <= 10", note=note,
+            )
+        )  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    """Print the table."""
+    title = f"Fault matrix: {PEERS} SLs (tiny torch program), one fault per row"
+    print_rows(title, run("--quick" in sys.argv))
+
+
+if __name__ == "__main__":
+    main()
