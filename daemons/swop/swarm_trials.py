@@ -16,15 +16,22 @@ import asyncio
 import contextlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemons.bus import BusError
 from daemons.bus.config import BrokerAddress
 from daemons.ledger_client import LedgerClient, Rejected
 from daemons.swop.slpeers import PeerSpec, SLPeer, peer_spec, sl_uid
-from daemons.swop.trials import RESULT_FILE, TrialSetup, env_text, plan_body, read_result
+from daemons.swop.trials import (
+    RESULT_FILE,
+    Outcome,
+    TrialSetup,
+    env_text,
+    plan_body,
+    read_result,
+    report_result,
+)
 from taskdefs import SlNodeDef, SwopProfile
 
 __all__ = ["SwarmTrialRunner", "SwarmTrialSetup"]
@@ -53,12 +60,7 @@ class _Claim:
     contract: str
 
 
-@dataclass(frozen=True)
-class _Part:
-    status: str
-    exit_code: int | None
-    description: str
-    report: dict[str, Any] = field(default_factory=dict)
+_Part = Outcome  # this SWOP's part of a trial: how its SL nodes ended
 
 
 class SwarmTrialRunner:
@@ -208,22 +210,7 @@ class SwarmTrialRunner:
         return code
 
     async def _report(self, claim: _Claim, part: _Part) -> None:
-        body = {
-            "task": self._task,
-            "trial": claim.index,
-            "attempt": claim.attempt,
-            "status": part.status,
-            "exit_code": part.exit_code,
-            "description": part.description[-2000:],
-            **part.report,
-        }
-        log.info(
-            "trial %d (attempt %d) here %s: %s", claim.index, claim.attempt, part.status, part.description
-        )
-        try:
-            await self.ledger.submit("trial.result", body)
-        except (Rejected, BusError) as exc:
-            log.warning("could not record this SWOP's result of trial %d: %s", claim.index, exc)
+        await report_result(self.ledger, self._task, claim.index, claim.attempt, part, where=" here")
 
     async def _stop_peers(self) -> None:
         await asyncio.gather(*(p.stop() for p in self._peers if p.running))

@@ -32,7 +32,17 @@ from daemons.rundir import RunDir, build_run_dir, parse_mount
 from daemons.swop.slpeers import merge_env, node_mounts, volume_source
 from taskdefs import RunTrialsBody, SlNodeDef, expand_search
 
-__all__ = ["Slot", "TrialRunner", "TrialSetup", "env_text", "plan_body", "read_result", "trial_slots"]
+__all__ = [
+    "Outcome",
+    "Slot",
+    "TrialRunner",
+    "TrialSetup",
+    "env_text",
+    "plan_body",
+    "read_result",
+    "report_result",
+    "trial_slots",
+]
 
 log = logging.getLogger("swarm.swop.trials")
 
@@ -121,7 +131,9 @@ class _Claim:
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class Outcome:
+    """How one run of a trial ended here: its status, exit code, description and reported metrics."""
+
     status: str
     exit_code: int | None
     description: str
@@ -195,13 +207,13 @@ class TrialRunner:
             self.free.append(slot)
             self._wake.set()
 
-    async def _run_trial(self, slot: Slot, claim: _Claim) -> _Outcome:
+    async def _run_trial(self, slot: Slot, claim: _Claim) -> Outcome:
         setup = self.setup
         run_dir = setup.run_root / f"trial-{claim.index:04d}" / f"attempt-{claim.attempt}"
         try:
             run = await asyncio.to_thread(_build, run_dir, setup)
         except (OSError, ValueError) as exc:
-            return _Outcome("FAILED", None, f"cannot prepare the run directory {run_dir}: {exc}")
+            return Outcome("FAILED", None, f"cannot prepare the run directory {run_dir}: {exc}")
         result_path = run_dir / RESULT_FILE
         result_path.unlink(missing_ok=True)
         env = {
@@ -224,7 +236,7 @@ class TrialRunner:
         try:
             code = await self._spawn(slot, argv, run.cwd, env, log_path)
         except OSError as exc:
-            return _Outcome("FAILED", None, f"cannot start {shlex.join(argv)}: {exc}")
+            return Outcome("FAILED", None, f"cannot start {shlex.join(argv)}: {exc}")
         self.ran += 1
         return await asyncio.to_thread(_outcome, code, result_path, log_path, setup.body.metric, slot.name)
 
@@ -238,23 +250,8 @@ class TrialRunner:
         self._procs[slot.name] = proc
         return await proc.wait()
 
-    async def _report(self, claim: _Claim, outcome: _Outcome) -> None:
-        body = {
-            "task": self.setup.task,
-            "trial": claim.index,
-            "attempt": claim.attempt,
-            "status": outcome.status,
-            "exit_code": outcome.exit_code,
-            "description": outcome.description[-2000:],
-            **outcome.report,
-        }
-        log.info(
-            "trial %d (attempt %d) %s: %s", claim.index, claim.attempt, outcome.status, outcome.description
-        )
-        try:
-            await self.ledger.submit("trial.result", body)
-        except (Rejected, BusError) as exc:
-            log.warning("could not record the result of trial %d: %s", claim.index, exc)
+    async def _report(self, claim: _Claim, outcome: Outcome) -> None:
+        await report_result(self.ledger, self.setup.task, claim.index, claim.attempt, outcome)
 
     async def stop(self) -> None:
         """Stop every running trial (without reporting them) and end ``run``."""
@@ -286,18 +283,18 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
-def _outcome(code: int, result_path: Path, log_path: Path, metric: str, slot: str) -> _Outcome:
+def _outcome(code: int, result_path: Path, log_path: Path, metric: str, slot: str) -> Outcome:
     """How a trial's run ended, from its exit status and the result file it wrote."""
     if code != 0:
-        return _Outcome("FAILED", code, f"{_exit_text(code)}; last lines:\n{_tail(log_path)}")
+        return Outcome("FAILED", code, f"{_exit_text(code)}; last lines:\n{_tail(log_path)}")
     try:
         report = read_result(result_path)
     except ValueError as exc:
-        return _Outcome("FAILED", code, str(exc))
+        return Outcome("FAILED", code, str(exc))
     if metric not in report["metrics"]:
         reported = ", ".join(report["metrics"]) or "none"
-        return _Outcome("FAILED", code, f"the trial reported no {metric!r} (it reported: {reported})")
-    return _Outcome("COMPLETED", 0, f"{metric}={report['metrics'][metric]:.6g} on {slot}", report)
+        return Outcome("FAILED", code, f"the trial reported no {metric!r} (it reported: {reported})")
+    return Outcome("COMPLETED", 0, f"{metric}={report['metrics'][metric]:.6g} on {slot}", report)
 
 
 def read_result(path: Path) -> dict[str, Any]:
@@ -330,3 +327,23 @@ def read_result(path: Path) -> dict[str, Any]:
     out["probabilities"] = [list(row) for row in out["probabilities"]]
     out["probes"] = [list(row) for row in out["probes"]]
     return out
+
+
+async def report_result(
+    ledger: LedgerClient, task: str, index: int, attempt: int, outcome: Outcome, *, where: str = ""
+) -> None:
+    """Record how this SWOP's run of a trial ended (``trial.result``); a failure to record is logged."""
+    body = {
+        "task": task,
+        "trial": index,
+        "attempt": attempt,
+        "status": outcome.status,
+        "exit_code": outcome.exit_code,
+        "description": outcome.description[-2000:],
+        **outcome.report,
+    }
+    log.info("trial %d (attempt %d)%s %s: %s", index, attempt, where, outcome.status, outcome.description)
+    try:
+        await ledger.submit("trial.result", body)
+    except (Rejected, BusError) as exc:
+        log.warning("could not record the result of trial %d: %s", index, exc)
