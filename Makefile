@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# the suite mostly waits on real daemons (partitions, restarts, training), so two workers overlap the waits
+TEST_WORKERS ?= 2
 
 .PHONY: demo test bench lint typecheck check mosquitto chromium clean
 
@@ -42,7 +44,7 @@ demo: $(STAMP) mosquitto
 	$(PY) examples/mnist-pyt/run_demo.py
 
 test: $(STAMP) mosquitto chromium
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: $(STAMP) mosquitto
 	$(PY) bench/run_all.py
