@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,14 @@ class LocalServer:
                     prefix = await reader.readexactly(HEADER_PREFIX.size)
                 except asyncio.IncompleteReadError:
                     return  # the ML program closed the connection
+                started = time.perf_counter()
                 header = decode_header(await reader.readexactly(header_length(prefix)))
                 size = payload_size(header)
                 payload = np.frombuffer(await reader.readexactly(size), np.uint8) if size else None
+                read = time.perf_counter()
                 reply, flat = await self._handler(header, payload)
-                await self._send(writer, reply, flat)
+                timing = {"read": read - started, "handle": time.perf_counter() - read}
+                await self._send(writer, {**reply, "sl_s": timing}, flat)
         except (CodecError, asyncio.IncompleteReadError, ConnectionError) as exc:
             log.error("dropped the ML program's connection: %s", exc)
         finally:

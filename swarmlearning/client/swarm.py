@@ -30,6 +30,7 @@ __all__ = [
     "CHECKIN_MODES",
     "DEFAULT_CONTRACT",
     "DEFAULT_VAL_BATCHES",
+    "EXCHANGE_PARTS",
     "MERGE_METHODS",
     "SwarmCallbackBase",
     "SwarmError",
@@ -42,6 +43,10 @@ DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
 MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
 CHECKIN_MODES = ("inactive", "snapshot", "active")
 DEFAULT_VAL_BATCHES = 2  # adsValData batches per evaluation: a fixed, small cost (see the module doc)
+# What an exchange's time is made of (``timings["<op>_<part>"]``, seconds): flattening the model into the
+# send buffer, writing it to the SL, waiting for the answer (the SL's work, the round itself), reading the
+# answer, loading it into the model; the SL's own count of reading the request and handling it.
+EXCHANGE_PARTS = ("collect", "send", "wait", "receive", "load", "sl_read", "sl_handle")
 FINAL_MESSAGE = "All peers and Swarm training rounds finished. Final Swarm model was loaded."
 
 # old parameter names of the reference system (v0.3/1.x) -> current ones
@@ -292,19 +297,45 @@ class SwarmCallbackBase(ABC):
         return reply
 
     def _exchange(self, op: str, header: dict[str, Any]) -> dict[str, Any]:
-        """Send the weights with ``op``; load the weights that come back on every rank."""
+        """Send the weights with ``op``; load the weights that come back on every rank.
+
+        Where the time goes is added up in ``timings`` as ``<op>_<part>`` (see ``EXCHANGE_PARTS``).
+        """
         reply: dict[str, Any] = {}
         incoming: FlatState | None = None
+        started = time.perf_counter()
         if self._is_sync_rank():
             self._flat = self._collect_weights(self._flat)
+            self._add_time(op, "collect", time.perf_counter() - started)
             self._received = None
             reply = self._call(op, {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
+            self._add_call_times(op, reply)
             incoming = self._received
             if incoming is None:
                 raise SwarmError(f"SwarmCallback: the SL sent no weights back for {op!r}")
+        loading = time.perf_counter()
         reply, incoming = self._share(reply, incoming)
         self._load_weights(incoming)
+        self._add_time(op, "load", time.perf_counter() - loading)
         return reply
+
+    def _add_time(self, op: str, part: str, seconds: float) -> None:
+        key = f"{op}_{part}"
+        self.timings[key] = self.timings.get(key, 0.0) + seconds
+
+    def _add_call_times(self, op: str, reply: dict[str, Any]) -> None:
+        """The link's send/wait/receive of the last call, and the SL's own account of it."""
+        assert self._link is not None  # noqa: S101 - only called with a session
+        times = self._link.last
+        self._add_time(op, "send", times.send)
+        self._add_time(op, "wait", times.wait)
+        self._add_time(op, "receive", times.receive)
+        sl = reply.get("sl_s")
+        if isinstance(sl, dict):
+            for part in ("read", "handle"):
+                value = sl.get(part)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._add_time(op, f"sl_{part}", float(value))
 
     # ----------------------------------------------------------------- hooks
     def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
