@@ -11,6 +11,7 @@ import numpy as np
 
 from wire.errors import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from wire.shared import SharedBuffer
 
 __all__ = ["CallTimes", "LinkError", "SLLink"]
 
@@ -39,6 +40,12 @@ class SLLink:
         self.path = path
         self._sock = self._connect(path, connect_timeout)
         self.last = CallTimes()  # the times of the latest call
+        self.shared: SharedBuffer | None = None  # the weight buffer shared with the SL, once attached
+
+    def attach_shared(self, path: str, nbytes: int) -> SharedBuffer:
+        """Map the weight buffer the SL made for us (``wire.shared``); OSError/CodecError when it cannot."""
+        self.shared = SharedBuffer.attach(path, nbytes)
+        return self.shared
 
     @staticmethod
     def _connect(path: str, timeout: float) -> socket.socket:
@@ -68,12 +75,16 @@ class SLLink:
     ) -> tuple[dict[str, Any], np.ndarray | None]:
         """Send one request and wait (as long as it takes: a sync blocks until the round ends).
 
-        ``into``: a uint8 buffer to receive the answer's payload in, when its size matches.
+        ``into``: a uint8 buffer to receive the answer's payload in, when its size matches. A payload
+        that is the shared buffer's array is not sent: the SL reads it there; an answer marked ``shm``
+        comes back there (the shared array is then the answer's payload).
         """
-        body = payload.data.cast("B") if payload is not None else memoryview(b"")
+        shared = self.shared is not None and payload is self.shared.array
+        body = payload.data.cast("B") if payload is not None and not shared else memoryview(b"")
         started = time.perf_counter()
         try:
-            self._sock.sendall(encode_frame_head({"op": op, **(header or {})}, len(body)))
+            head = {"op": op, **(header or {}), **({"shm": True} if shared else {})}
+            self._sock.sendall(encode_frame_head(head, len(body)))
             if len(body):
                 self._sock.sendall(body)
             sent = time.perf_counter()
@@ -81,6 +92,8 @@ class SLLink:
             answered = time.perf_counter()
             reply = decode_header(self._recv_exactly(header_length(prefix)))
             data = self._recv_payload(payload_size(reply), into)
+            if reply.get("shm") is True and shared and self.shared is not None:
+                data = self.shared.array
             self.last = CallTimes(sent - started, answered - sent, time.perf_counter() - answered)
         except (OSError, CodecError) as exc:
             raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None

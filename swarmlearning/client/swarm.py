@@ -20,6 +20,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from swarmlearning.client.adaptive import AdaptiveSync
 from swarmlearning.client.link import LinkError, SLLink
 from swarmlearning.client.privacy import DP_OPTIONS, SECURE_OPTION, privacy_params, secure_params
@@ -276,13 +278,28 @@ class SwarmCallbackBase(ABC):
             "platform": self.platform,
             "pid": os.getpid(),
             "layout": layout_to_wire(self._flat.specs),
+            "shm_bytes": self._flat.total,  # weights through a shared buffer, not the socket
         }
         reply = self._call("hello", header)
+        self._share_buffer(reply.get("shm_path"))
         p = self.params
         self.logger.info(
             "Swarm session opened: node %s, contract %s, sync every %d batches, minPeers %d",
             reply.get("uid"), p.training_contract, p.sync_frequency, p.min_peers,
         )  # fmt: skip
+
+    def _share_buffer(self, path: Any) -> None:
+        """Flatten the model straight into the buffer the SL shares with us, when it made one."""
+        if not isinstance(path, str) or self._link is None or self._flat is None:
+            return
+        try:
+            shared = self._link.attach_shared(path, self._flat.total)
+        except (OSError, ValueError) as exc:  # CodecError is a ValueError
+            self.logger.warning("SwarmCallback: weights go through the socket (%s)", exc)
+            return
+        shared.remove()  # both sides have it mapped: no name needed any more
+        np.copyto(shared.array, self._flat.buffer)
+        self._flat = FlatState(self._flat.specs, shared.array)
 
     def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
         assert self._link is not None  # noqa: S101 - only called with a session
