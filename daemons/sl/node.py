@@ -89,21 +89,25 @@ class SLNode:
         sock_dir = Path(tempfile.mkdtemp(prefix="swarm-sl-", dir=memory_dir()))  # the weight buffer too
         sock = sock_dir / "sl.sock"
         try:
-            async with LocalServer(sock, self._handle), asyncio.TaskGroup() as group:
+            async with LocalServer(sock, self._handle):
                 env = {
                     "SWARM_SL_SOCKET": str(sock),
                     "SWARM_NODE_UID": self.options.uid,
                     "PYTHONUNBUFFERED": "1",
                 }
                 await self.ml.start(env)
-                exited = group.create_task(self.ml.wait(), name="sl.ml")
-                stopper = group.create_task(self._stop_ml_when_asked(), name="sl.stopper")
+                # Two tasks awaited below, not a TaskGroup: our own failure (no broker, say) must reach
+                # the command line as itself, not wrapped in an ExceptionGroup.
+                loop = asyncio.get_running_loop()
+                exited = loop.create_task(self.ml.wait(), name="sl.ml")
+                stopper = loop.create_task(self._stop_ml_when_asked(), name="sl.stopper")
                 try:
                     return await self._connected(exited)
                 finally:
                     stopper.cancel()
                     if not exited.done():  # we failed before the program ended: it cannot go on alone
                         await self.ml.stop()
+                    await asyncio.gather(exited, stopper, return_exceptions=True)
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
 
