@@ -48,6 +48,7 @@ from bench.swarm_setup import (
     start_sn,
     start_swop,
     wait_enrolled,
+    wait_sn,
     write_profile,
     write_run_task,
 )
@@ -232,10 +233,23 @@ def _swarm_files(ws: Path, shards: list[Path], rounds: int, epochs: int) -> tupl
 
 async def _submit(port: int, task_file: Path) -> tuple[dict[str, Any], float]:
     async with ledger_session(port) as ledger:
+        task = await register_task(ledger, task_file)  # while the SWOP starts
         await wait_enrolled(ledger, 1)
-        task = await register_task(ledger, task_file)
         status = await run_task(ledger, task, NODES, SWARM_TIMEOUT_S)
         return status, time.time()
+
+
+def _start_daemons(procs: Processes, ws: Path, profile: Path) -> int:
+    """The SN and the SWOP, started at once (the SWOP's bus waits for the SN's broker); returns the port.
+
+    A SWOP that gave up waiting (the SN took longer than its bus's connect timeout) is started again.
+    """
+    port = start_sn(procs, ws / "sn", timeout=0, port=free_port())
+    start_swop(procs, port, profile, ws / "swop-work")
+    wait_sn(procs)
+    if procs.started["swop-1"].poll() is not None:
+        start_swop(procs, port, profile, ws / "swop-work", uid="swop-1", name="swop-1-again")
+    return port
 
 
 def run_swarm(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcome:
@@ -243,8 +257,7 @@ def run_swarm(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcome
     profile, task_file = _swarm_files(ws, shards, rounds, epochs)
     with Processes(ws / "swarm-logs") as procs:
         start = time.time()
-        port = start_sn(procs, ws / "sn")
-        start_swop(procs, port, profile, ws / "swop-work")
+        port = _start_daemons(procs, ws, profile)
         status, complete = asyncio.run(_submit(port, task_file))
     if status["state"] != "COMPLETE":
         raise RuntimeError(f"the swarm task ended {status['state']}: {status.get('error')}")

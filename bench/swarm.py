@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, make_row, print_rows
 from bench.processes import Processes
 from bench.swarm_setup import start_sl, start_sn
+from daemons.sl.roundtimes import parse_steps
+from swarmlearning.client.swarm import EXCHANGE_PARTS
 
 NODES = 4
 BATCH_SIZE = 32
@@ -46,11 +48,13 @@ TIMEOUT_S = 900.0
 
 @dataclass(frozen=True)
 class Run:
-    """One run of the 4 nodes: their result.json, the wall time, the CPU time of every process in it."""
+    """One run of the 4 nodes: their result.json, the wall time, the CPU time of every process in it, and
+    (under the swarm) the SLs' round steps: ``{step: mean ms per node and round}`` (``round_steps``)."""
 
     results: list[dict[str, Any]]
     wall_s: float
     cpu_s: float
+    steps: dict[str, float] | None = None
 
 
 def _children_cpu() -> float:
@@ -140,7 +144,30 @@ def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int) -> Run
             start_sl(procs, port, node_dir.name, program=program, work=work, env=env)
         results = _results(dirs, procs, [d.name for d in dirs])
         wall = time.perf_counter() - start
-    return Run(results, wall, _children_cpu() - cpu)
+    return Run(results, wall, _children_cpu() - cpu, round_steps([d / "run" / f"{d.name}.log" for d in dirs]))
+
+
+def round_steps(logs: list[Path]) -> dict[str, float]:
+    """Mean milliseconds of each step of the SLs' sync rounds (not the init round 1), per node and round;
+    a step only the leader takes counts 0 on the others."""
+    rounds: list[dict[str, float]] = []
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+            found = parse_steps(line)
+            if found is not None and found[0] > 1:
+                rounds.append(found[1])
+    names = dict.fromkeys(name for steps in rounds for name in steps)
+    return {name: float(np.mean([steps.get(name, 0.0) for steps in rounds])) for name in names}
+
+
+def sync_detail(results: list[dict[str, Any]], steps: dict[str, float] | None) -> str:
+    """Where a sync's time goes, in ms per sync: on the ML side (``EXCHANGE_PARTS``) and in the SL."""
+    syncs = max(int(results[0]["swarm"].get("syncs", 0)), 1)
+    ml = ", ".join(
+        f"{part} {_swarm_mean(results, f'sync_{part}') / syncs * 1000:.1f}" for part in EXCHANGE_PARTS
+    )
+    sl = ", ".join(f"{name} {ms:.1f}" for name, ms in (steps or {}).items())
+    return f"per sync (ms): {ml}; SL round steps (ms, mean per node and round): {sl or 'none logged'}"
 
 
 def _mean(results: list[dict[str, Any]], key: str) -> float:
@@ -181,7 +208,8 @@ def overhead_row(model: str, sync_frequency: int, size: Size, alone: list[Run], 
         f"({in_sync / max(syncs, 1) * 1000:.0f} ms each), {_swarm_mean(ours, 'validation'):.2f} s in "
         f"validation, {_swarm_mean(ours, 'begin'):.2f} s in begin, {_swarm_mean(ours, 'end'):.2f} s in end, "
         f"{outside:.1f} s outside SwarmCallback (alone {solo_s:.1f} s), "
-        f"so the calls alone make {calls_only:.2f}x; "
+        f"so the calls alone make {calls_only:.2f}x; {sync_detail(ours, swarm.steps)}; "
+        f"begin: wait {_swarm_mean(ours, 'begin_wait'):.2f} s of it (the init round: the last peer's start); "
         f"accuracy {_mean(ours, 'accuracy'):.3f} (alone {_mean(solo, 'accuracy'):.3f}); identical final "
         f"digests: {len(digests) == 1}"
     )

@@ -32,6 +32,7 @@ __all__ = [
     "start_sn",
     "start_swop",
     "wait_enrolled",
+    "wait_sn",
     "write_profile",
     "write_run_task",
 ]
@@ -51,13 +52,20 @@ class SwarmNode:
     env: Mapping[str, object]
 
 
-def start_sn(procs: Processes, data_dir: Path, *, timeout: float = 60.0) -> int:
-    """Start ``swarm sn --sentinel`` on a free port; returns the port once it serves."""
-    port = free_port()
+def start_sn(procs: Processes, data_dir: Path, *, timeout: float = 60.0, port: int | None = None) -> int:
+    """Start ``swarm sn --sentinel`` on ``port`` (default: a free one); returns the port once it serves
+    (``timeout`` 0: at once, see ``wait_sn``)."""
+    port = port or free_port()
     argv = [SWARM, "sn", "--sentinel", "--data-dir", str(data_dir), "--sn-api-port", str(port)]
     procs.start("sn", argv)
-    procs.wait_for_line("sn", READY_LINE, timeout)
+    if timeout > 0:
+        wait_sn(procs, timeout)
     return port
+
+
+def wait_sn(procs: Processes, timeout: float = 60.0) -> None:
+    """Wait until the SN that ``start_sn`` started serves."""
+    procs.wait_for_line("sn", READY_LINE, timeout)
 
 
 def write_profile(path: Path, nodes: Sequence[SwarmNode], *, envvars: Mapping[str, object]) -> Path:
@@ -91,13 +99,16 @@ def write_run_task(path: Path, name: str, *, program: Path, envvars: Mapping[str
     return path
 
 
-def start_swop(procs: Processes, port: int, profile: Path, work: Path, uid: str = "swop-1") -> None:
-    """Start ``swarm swop`` with ``profile`` (run directories kept for the logs)."""
+def start_swop(
+    procs: Processes, port: int, profile: Path, work: Path, uid: str = "swop-1", name: str | None = None
+) -> None:
+    """Start ``swarm swop`` with ``profile`` (run directories kept for the logs) as process ``name``
+    (default: its uid)."""
     argv = [
         SWARM, "swop", "--profile", str(profile), "--uid", uid, "--sn-api-port", str(port),
         "--work-dir", str(work),
     ]  # fmt: skip
-    procs.start(uid, argv, env={"SWOP_KEEP_CONTAINERS": "True"})
+    procs.start(name or uid, argv, env={"SWOP_KEEP_CONTAINERS": "True"})
 
 
 def start_sl(

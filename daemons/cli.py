@@ -23,8 +23,11 @@ _SUBCOMMANDS = {
 }
 
 
-def _modules() -> dict[str, ModuleType]:
-    return {command: importlib.import_module(name) for command, name in _SUBCOMMANDS.items()}
+def _modules(only: str | None = None) -> dict[str, ModuleType]:
+    """The subcommands' modules: all of them, or just ``only``'s (a daemon's start then imports only
+    its own code: each of them imports a lot, and several start at once on small machines)."""
+    names = {only: _SUBCOMMANDS[only]} if only in _SUBCOMMANDS else _SUBCOMMANDS
+    return {command: importlib.import_module(name) for command, name in names.items()}
 
 
 def build_parser(modules: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
@@ -52,7 +55,8 @@ def limit_blas_threads() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``swarm`` console script."""
     limit_blas_threads()
-    modules = _modules()
+    given = sys.argv[1:] if argv is None else argv
+    modules = _modules(given[0] if given else None)
     args = build_parser(modules).parse_args(argv)
     try:
         return int(modules[args.command].run(args) or 0)

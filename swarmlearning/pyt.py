@@ -78,7 +78,7 @@ class SwarmCallback(SwarmCallbackBase):
         self.metric = self._make_metric(kwargs.get("metricFunction"), kwargs.get("metricFunctionArgs") or {})
         if self.params.use_adaptive_sync and self.loss_fn is None and self.metric is None:
             raise SwarmError("SwarmCallback: useAdaptiveSync needs lossFunction or metricFunction")
-        self._views: tuple[tuple[TensorSpec, ...], list[torch.Tensor]] | None = None
+        self._views: tuple[np.ndarray, list[torch.Tensor]] | None = None
         self._in_views: tuple[int, list[torch.Tensor]] | None = None
 
     @staticmethod
@@ -120,8 +120,8 @@ class SwarmCallback(SwarmCallbackBase):
         specs, total = self._layout(state)
         if reuse is None or reuse.specs != specs:
             reuse = FlatState(specs, np.zeros(total, dtype=np.uint8))
-            self._views = (specs, [_host_view(reuse.buffer, s) for s in specs])
-        assert self._views is not None  # noqa: S101 - built together with the buffer
+        if self._views is None or self._views[0] is not reuse.buffer:  # views of the buffer we fill
+            self._views = (reuse.buffer, [_host_view(reuse.buffer, s) for s in specs])
         with torch.no_grad():
             for host, tensor in zip(self._views[1], state.values(), strict=True):
                 host.copy_(tensor.detach())

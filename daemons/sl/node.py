@@ -30,12 +30,14 @@ from daemons.ledger_client import LedgerClient, Patience
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
 from daemons.sl.dataplane import DataPlaneClient, serving
+from daemons.sl.local_server import LocalServer
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
 from daemons.sl.secure_round import SECAGG_METHOD, SecureRounds, ledger_lookup
 from daemons.sl.session import MLSession, SessionSettings
 from wire import CodecError
+from wire.shared import memory_dir
 
 __all__ = ["SLNode", "SLOptions"]
 
@@ -71,6 +73,7 @@ class SLNode:
         self.dataplane: DataPlaneClient | None = None
         self._address = ""
         self._stop = asyncio.Event()
+        self._attached_event = asyncio.Event()  # the session answers the ML program from now on
 
     def _bus(self) -> Bus:
         opts = self.options
@@ -78,35 +81,68 @@ class SLNode:
         return open_bus(opts.identity, opts.broker, opts.uid, "sl", network=opts.network, presence=presence)
 
     async def run(self) -> int:
-        """Run the ML program to its end; returns its exit status."""
-        sock_dir = Path(tempfile.mkdtemp(prefix="swarm-sl-"))
+        """Run the ML program to its end; returns its exit status.
+
+        The program starts first, so that its own start (importing torch, loading data) overlaps ours
+        (connecting, registering, serving models); its requests wait until this node is attached.
+        """
+        sock_dir = Path(tempfile.mkdtemp(prefix="swarm-sl-", dir=memory_dir()))  # the weight buffer too
+        sock = sock_dir / "sl.sock"
         try:
-            async with self._bus() as bus:
-                patience = Patience.from_env()
-                ledger = await LedgerClient.connect(
-                    bus,
-                    timeout=max(self.options.sn_timeout, patience.deadline),
-                    prefer=self.options.sn_uid,
-                    patience=patience,
-                )
-                refused: set[str] = set()
-                bus.refused = refused
-                bus.spawn(follow_revocations(ledger, refused), "revocations")
-                self.holder = StateHolder(bus)
-                server_tls, client_tls = self._dataplane_tls()
-                async with serving(
-                    self.holder, bus.broker.host, tls=server_tls, check=self._may_serve
-                ) as endpoint:
-                    self._address = "" if endpoint is None else str(endpoint)
-                    self.dataplane = DataPlaneClient(bus.uid, tls=client_tls)
-                    try:
-                        return await self._attached(bus, ledger, sock_dir)
-                    finally:
-                        await self.dataplane.close()
+            async with LocalServer(sock, self._handle):
+                env = {
+                    "SWARM_SL_SOCKET": str(sock),
+                    "SWARM_NODE_UID": self.options.uid,
+                    "PYTHONUNBUFFERED": "1",
+                }
+                await self.ml.start(env)
+                # Two tasks awaited below, not a TaskGroup: our own failure (no broker, say) must reach
+                # the command line as itself, not wrapped in an ExceptionGroup.
+                loop = asyncio.get_running_loop()
+                exited = loop.create_task(self.ml.wait(), name="sl.ml")
+                stopper = loop.create_task(self._stop_ml_when_asked(), name="sl.stopper")
+                try:
+                    return await self._connected(exited)
+                finally:
+                    stopper.cancel()
+                    if not exited.done():  # we failed before the program ended: it cannot go on alone
+                        await self.ml.stop()
+                    await asyncio.gather(exited, stopper, return_exceptions=True)
         finally:
             shutil.rmtree(sock_dir, ignore_errors=True)
 
-    async def _attached(self, bus: Bus, ledger: LedgerClient, sock_dir: Path) -> int:
+    async def _handle(self, header: dict[str, Any], payload: Any) -> Any:
+        """The ML program's requests, answered by its session once this node is attached."""
+        await self._attached_event.wait()
+        assert self.session is not None  # noqa: S101 - set before the event
+        return await self.session.handle(header, payload)
+
+    async def _connected(self, exited: asyncio.Task[int]) -> int:
+        """Connected to the swarm, serving models, until the ML program ends; its exit status."""
+        async with self._bus() as bus:
+            patience = Patience.from_env()
+            ledger = await LedgerClient.connect(
+                bus,
+                timeout=max(self.options.sn_timeout, patience.deadline),
+                prefer=self.options.sn_uid,
+                patience=patience,
+            )
+            refused: set[str] = set()
+            bus.refused = refused
+            bus.spawn(follow_revocations(ledger, refused), "revocations")
+            self.holder = StateHolder(bus)
+            server_tls, client_tls = self._dataplane_tls()
+            async with serving(
+                self.holder, bus.broker.host, tls=server_tls, check=self._may_serve
+            ) as endpoint:
+                self._address = "" if endpoint is None else str(endpoint)
+                self.dataplane = DataPlaneClient(bus.uid, tls=client_tls)
+                try:
+                    return await self._attached(bus, ledger, exited)
+                finally:
+                    await self.dataplane.close()
+
+    async def _attached(self, bus: Bus, ledger: LedgerClient, exited: asyncio.Task[int]) -> int:
         """Registered, serving models, running the ML program to its end."""
         attachment = Attachment(ledger, self._registration(bus))
         await attachment.attach(strict=True)
@@ -117,7 +153,7 @@ class SLNode:
         async with asyncio.TaskGroup() as group:
             keeper = group.create_task(attachment.run(), name="sl.attachment")
             try:
-                return await self._run_ml(sock_dir / "sl.sock", ledger)
+                return await self._run_ml(exited, ledger)
             finally:
                 keeper.cancel()
 
@@ -185,19 +221,14 @@ class SLNode:
         except BusError as exc:  # the ledger could not say who may: refuse, the requester can retry
             return f"cannot check who may fetch model {digest.hex()[:16]} now: {exc}"
 
-    async def _run_ml(self, sock: Path, ledger: LedgerClient) -> int:
-        from daemons.sl.local_server import LocalServer  # noqa: PLC0415 - keeps import light for --help
-
+    async def _run_ml(self, exited: asyncio.Task[int], ledger: LedgerClient) -> int:
+        """Answer the ML program until it exits; then serve the final model a while."""
         assert self.session is not None  # noqa: S101
-        async with LocalServer(sock, self.session.handle), asyncio.TaskGroup() as group:
-            env = {"SWARM_SL_SOCKET": str(sock), "SWARM_NODE_UID": self.options.uid, "PYTHONUNBUFFERED": "1"}
-            await self.ml.start(env)
-            stopper = group.create_task(self._stop_ml_when_asked(), name="sl.stopper")
-            code = await self.ml.wait()
-            stopper.cancel()
-            log.info("ML program exited with status %d", code)
-            if code == 0 and self.session.ended:
-                await self._linger(ledger)
+        self._attached_event.set()
+        code = await exited
+        log.info("ML program exited with status %d", code)
+        if code == 0 and self.session.ended:
+            await self._linger(ledger)
         return code
 
     async def _stop_ml_when_asked(self) -> None:

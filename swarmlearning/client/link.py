@@ -4,18 +4,33 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from wire.errors import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from wire.shared import SharedBuffer
 
-__all__ = ["LinkError", "SLLink"]
+__all__ = ["CallTimes", "LinkError", "SLLink"]
 
 
 class LinkError(RuntimeError):
     """The SL could not be reached, went away, or answered with an error."""
+
+
+@dataclass(slots=True)
+class CallTimes:
+    """Where one call's time went, in seconds, as the ML program sees it.
+
+    ``send``: writing the request (the SL reads it meanwhile); ``wait``: until the answer's first byte
+    (the SL's work: the sync round itself); ``receive``: reading the answer (header and weights).
+    """
+
+    send: float = 0.0
+    wait: float = 0.0
+    receive: float = 0.0
 
 
 class SLLink:
@@ -24,6 +39,13 @@ class SLLink:
     def __init__(self, path: str, *, connect_timeout: float = 60.0) -> None:
         self.path = path
         self._sock = self._connect(path, connect_timeout)
+        self.last = CallTimes()  # the times of the latest call
+        self.shared: SharedBuffer | None = None  # the weight buffer shared with the SL, once attached
+
+    def attach_shared(self, path: str, nbytes: int) -> SharedBuffer:
+        """Map the weight buffer the SL made for us (``wire.shared``); OSError/CodecError when it cannot."""
+        self.shared = SharedBuffer.attach(path, nbytes)
+        return self.shared
 
     @staticmethod
     def _connect(path: str, timeout: float) -> socket.socket:
@@ -53,15 +75,26 @@ class SLLink:
     ) -> tuple[dict[str, Any], np.ndarray | None]:
         """Send one request and wait (as long as it takes: a sync blocks until the round ends).
 
-        ``into``: a uint8 buffer to receive the answer's payload in, when its size matches.
+        ``into``: a uint8 buffer to receive the answer's payload in, when its size matches. A payload
+        that is the shared buffer's array is not sent: the SL reads it there; an answer marked ``shm``
+        comes back there (the shared array is then the answer's payload).
         """
-        body = payload.data.cast("B") if payload is not None else memoryview(b"")
+        shared = self.shared is not None and payload is self.shared.array
+        body = payload.data.cast("B") if payload is not None and not shared else memoryview(b"")
+        started = time.perf_counter()
         try:
-            self._sock.sendall(encode_frame_head({"op": op, **(header or {})}, len(body)))
+            head = {"op": op, **(header or {}), **({"shm": True} if shared else {})}
+            self._sock.sendall(encode_frame_head(head, len(body)))
             if len(body):
                 self._sock.sendall(body)
-            reply = decode_header(self._recv_exactly(header_length(self._recv_exactly(HEADER_PREFIX.size))))
+            sent = time.perf_counter()
+            prefix = self._recv_exactly(HEADER_PREFIX.size)
+            answered = time.perf_counter()
+            reply = decode_header(self._recv_exactly(header_length(prefix)))
             data = self._recv_payload(payload_size(reply), into)
+            if reply.get("shm") is True and shared and self.shared is not None:
+                data = self.shared.array
+            self.last = CallTimes(sent - started, answered - sent, time.perf_counter() - answered)
         except (OSError, CodecError) as exc:
             raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None
         if reply.get("op") == "error":

@@ -20,6 +20,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from swarmlearning.client.adaptive import AdaptiveSync
 from swarmlearning.client.link import LinkError, SLLink
 from swarmlearning.client.privacy import DP_OPTIONS, SECURE_OPTION, privacy_params, secure_params
@@ -30,6 +32,7 @@ __all__ = [
     "CHECKIN_MODES",
     "DEFAULT_CONTRACT",
     "DEFAULT_VAL_BATCHES",
+    "EXCHANGE_PARTS",
     "MERGE_METHODS",
     "SwarmCallbackBase",
     "SwarmError",
@@ -42,6 +45,10 @@ DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
 MERGE_METHODS = ("mean", "coordmedian", "geomedian", "trimmedmean", "krum")
 CHECKIN_MODES = ("inactive", "snapshot", "active")
 DEFAULT_VAL_BATCHES = 2  # adsValData batches per evaluation: a fixed, small cost (see the module doc)
+# What an exchange's time is made of (``timings["<op>_<part>"]``, seconds): flattening the model into the
+# send buffer, writing it to the SL, waiting for the answer (the SL's work, the round itself), reading the
+# answer, loading it into the model; the SL's own count of reading the request and handling it.
+EXCHANGE_PARTS = ("collect", "send", "wait", "receive", "load", "sl_read", "sl_handle")
 FINAL_MESSAGE = "All peers and Swarm training rounds finished. Final Swarm model was loaded."
 
 # old parameter names of the reference system (v0.3/1.x) -> current ones
@@ -271,13 +278,28 @@ class SwarmCallbackBase(ABC):
             "platform": self.platform,
             "pid": os.getpid(),
             "layout": layout_to_wire(self._flat.specs),
+            "shm_bytes": self._flat.total,  # weights through a shared buffer, not the socket
         }
         reply = self._call("hello", header)
+        self._share_buffer(reply.get("shm_path"))
         p = self.params
         self.logger.info(
             "Swarm session opened: node %s, contract %s, sync every %d batches, minPeers %d",
             reply.get("uid"), p.training_contract, p.sync_frequency, p.min_peers,
         )  # fmt: skip
+
+    def _share_buffer(self, path: Any) -> None:
+        """Flatten the model straight into the buffer the SL shares with us, when it made one."""
+        if not isinstance(path, str) or self._link is None or self._flat is None:
+            return
+        try:
+            shared = self._link.attach_shared(path, self._flat.total)
+        except (OSError, ValueError) as exc:  # CodecError is a ValueError
+            self.logger.warning("SwarmCallback: weights go through the socket (%s)", exc)
+            return
+        shared.remove()  # both sides have it mapped: no name needed any more
+        np.copyto(shared.array, self._flat.buffer)
+        self._flat = FlatState(self._flat.specs, shared.array)
 
     def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
         assert self._link is not None  # noqa: S101 - only called with a session
@@ -292,19 +314,45 @@ class SwarmCallbackBase(ABC):
         return reply
 
     def _exchange(self, op: str, header: dict[str, Any]) -> dict[str, Any]:
-        """Send the weights with ``op``; load the weights that come back on every rank."""
+        """Send the weights with ``op``; load the weights that come back on every rank.
+
+        Where the time goes is added up in ``timings`` as ``<op>_<part>`` (see ``EXCHANGE_PARTS``).
+        """
         reply: dict[str, Any] = {}
         incoming: FlatState | None = None
+        started = time.perf_counter()
         if self._is_sync_rank():
             self._flat = self._collect_weights(self._flat)
+            self._add_time(op, "collect", time.perf_counter() - started)
             self._received = None
             reply = self._call(op, {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
+            self._add_call_times(op, reply)
             incoming = self._received
             if incoming is None:
                 raise SwarmError(f"SwarmCallback: the SL sent no weights back for {op!r}")
+        loading = time.perf_counter()
         reply, incoming = self._share(reply, incoming)
         self._load_weights(incoming)
+        self._add_time(op, "load", time.perf_counter() - loading)
         return reply
+
+    def _add_time(self, op: str, part: str, seconds: float) -> None:
+        key = f"{op}_{part}"
+        self.timings[key] = self.timings.get(key, 0.0) + seconds
+
+    def _add_call_times(self, op: str, reply: dict[str, Any]) -> None:
+        """The link's send/wait/receive of the last call, and the SL's own account of it."""
+        assert self._link is not None  # noqa: S101 - only called with a session
+        times = self._link.last
+        self._add_time(op, "send", times.send)
+        self._add_time(op, "wait", times.wait)
+        self._add_time(op, "receive", times.receive)
+        sl = reply.get("sl_s")
+        if isinstance(sl, dict):
+            for part in ("read", "handle"):
+                value = sl.get(part)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._add_time(op, f"sl_{part}", float(value))
 
     # ----------------------------------------------------------------- hooks
     def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
