@@ -116,7 +116,8 @@ def _run_swci(usr: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},  # tables unwrapped, whatever the terminal
+        # COLUMNS: tables unwrapped, whatever the terminal (an xdist worker gets 80)
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
         stdin=subprocess.DEVNULL,
         timeout=45,
         check=False,
