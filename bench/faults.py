@@ -388,4 +388,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from bench.faults import main as _main  # the module, with the node rows registered
+
+    _main()
+else:
+    from bench.faults_nodes import NODE_ROWS  # its rows use the helpers above
+
+    ROWS += NODE_ROWS

@@ -251,7 +251,7 @@ KINDS: Mapping[str, KindSpec] = {
         },
     ),
     "taskrunner.status": KindSpec(
-        _SWOP,
+        frozenset({"swop", "sl"}),  # an SL reports itself only when its SWOP is gone (taskrunners.py)
         {
             "taskrunner": f.Field(f.name),
             "peer": f.Field(f.name),

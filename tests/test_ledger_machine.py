@@ -883,6 +883,42 @@ def test_every_swop_offline_past_its_grace_is_an_error() -> None:
     )
 
 
+def test_sls_of_a_dead_swop_report_their_own_end_and_complete_the_task() -> None:
+    sim = Sim()
+    _swops(sim, {"swop1": 2})
+    sim.register("sl1", "sl2", parent="swop1")
+    sim.register("sl9")
+    _task(sim)
+    _assign(sim, peers=2)
+    _status(sim, "swop1", "sl1", "RUNNING")
+    _status(sim, "swop1", "sl2", "RUNNING")
+    sim.offline("swop1")  # SIGKILL: its SLs live on, so the task is not orphaned
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None
+    body = {"taskrunner": TR, "peer": "sl2", "peer_type": "SL", "status": "COMPLETED", "exit_code": 0}
+    assert "only its own status" in sim.no("taskrunner.status", "sl1", body)
+    assert "has no parent" in sim.no("taskrunner.status", "sl9", {**body, "peer": "sl9"})
+    sim.ok("taskrunner.status", "sl1", {**body, "peer": "sl1"})
+    sim.offline("sl1")
+    assert sim.state.taskrunners[TR].state == "RUNNING"
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None  # sl2 still trains
+    sim.ok("taskrunner.status", "sl2", body)
+    assert sim.state.taskrunners[TR].state == "COMPLETE"
+
+
+def test_a_dead_swop_whose_sls_are_gone_too_is_orphaned() -> None:
+    sim = Sim()
+    _swops(sim, {"swop1": 1})
+    sim.register("sl1", parent="swop1")
+    _task(sim)
+    _assign(sim, peers=1)
+    _status(sim, "swop1", "sl1", "RUNNING")
+    sim.offline("swop1")
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None
+    sim.tick(5)
+    sim.offline("sl1")  # it died without a word
+    assert sim.state.taskrunners[TR].assignment.orphaned_at == sim.time
+
+
 def test_a_swop_back_within_its_grace_keeps_the_task_running() -> None:
     sim = Sim()
     _swops(sim, {"swop1": 1})

@@ -26,7 +26,7 @@ from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
-from daemons.ledger_client import LedgerClient, Patience
+from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
 from daemons.sl.dataplane import DataPlaneClient, serving
@@ -53,6 +53,7 @@ class SLOptions:
     sn_uid: str | None = None
     identity: Identity | None = None
     parent: str | None = None
+    taskrunner: str | None = None
     settings: SessionSettings = field(default_factory=SessionSettings.from_env)
     linger: float = 30.0
     sn_timeout: float = 60.0
@@ -71,6 +72,7 @@ class SLNode:
         self.dataplane: DataPlaneClient | None = None
         self._address = ""
         self._stop = asyncio.Event()
+        self._ppid = os.getppid()
 
     def _bus(self) -> Bus:
         opts = self.options
@@ -117,9 +119,33 @@ class SLNode:
         async with asyncio.TaskGroup() as group:
             keeper = group.create_task(attachment.run(), name="sl.attachment")
             try:
-                return await self._run_ml(sock_dir / "sl.sock", ledger)
+                code = await self._run_ml(sock_dir / "sl.sock", ledger)
+                await self._report_if_orphaned(ledger, code)
+                return code
             finally:
                 keeper.cancel()
+
+    async def _report_if_orphaned(self, ledger: LedgerClient, code: int) -> None:
+        """The SWOP that started this SL is gone (SIGKILL: the SL was re-parented and lives on, as the
+        reference's containers do): report this SL's end to the taskrunner itself, as the SWOP would."""
+        opts = self.options
+        if not opts.parent or not opts.taskrunner or os.getppid() == self._ppid:
+            return
+        status = "COMPLETED" if code == 0 else "FAILED"
+        what = "training finished" if code == 0 else f"exit code {code}"
+        body = {
+            "taskrunner": opts.taskrunner,
+            "peer": opts.uid,
+            "peer_type": "SL",
+            "status": status,
+            "description": f"{what} (reported by the SL: its SWOP {opts.parent} is gone)",
+            "exit_code": code,
+        }
+        try:
+            await ledger.submit("taskrunner.status", body)
+            log.warning("SWOP %s is gone: reported %s to taskrunner %s", opts.parent, status, opts.taskrunner)
+        except (Rejected, BusError) as exc:
+            log.warning("SWOP %s is gone and the SL could not report its end: %s", opts.parent, exc)
 
     def _dataplane_tls(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
         """Mutual TLS with the node certificate for the data plane (server, client), when there is one."""

@@ -1,0 +1,159 @@
+"""Fault rows about one node: a SWOP SIGKILLed, a hung ML program, a node cut off for 25 s, a
+certificate that expires mid-training (rows of the matrix in ``bench/faults.py``, same columns).
+
+Run them alone: ``.venv/bin/python bench/faults_nodes.py [row ...]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import faults
+from bench.common import print_rows
+from bench.faults import (
+    FAULT_AFTER_ROUND,
+    PEERS,
+    PROGRAM,
+    TRAINING,
+    Outcome,
+    _merged_after,
+    _merged_times,
+    _sigkill,
+    _wait_round,
+)
+from bench.processes import Processes, descendants
+from bench.swarm_setup import (
+    RUNNER,
+    SwarmNode,
+    ledger_session,
+    register_task,
+    start_sn,
+    start_swop,
+    wait_enrolled,
+    write_profile,
+    write_run_task,
+)
+
+__all__ = ["NODE_ROWS"]
+
+END_TIMEOUT = 150.0
+
+
+# ------------------------------------------------------------------------------------ SWOP SIGKILL
+
+
+def swop_kill(work: Path) -> Outcome:
+    """SIGKILL of the SWOP whose 4 SLs train: they live on and report their own end; the taskrunner's
+    final state must follow the contract."""
+    with Processes(work / "logs") as procs:
+        port = start_sn(procs, work / "sn")
+        nodes = [
+            SwarmNode(f"sl-{i}", _private(work, i), {"SEED": i, "SCRATCH_DIR": "scratch"})
+            for i in range(1, PEERS + 1)
+        ]
+        profile = write_profile(work / "profile.yaml", nodes, envvars={"SL_WAIT_FOR_FULL_QUORUM_SECONDS": 5})
+        task_file = write_run_task(work / "task.yaml", "faults_swop", program=PROGRAM, envvars=TRAINING)
+        start_swop(procs, port, profile, work / "swop")
+        orphans: set[int] = set()
+        try:
+            fault_at, view = asyncio.run(_swop_scenario(procs, port, task_file, orphans))
+            out = Outcome("SIGKILL of the SWOP of 4 training SLs")
+            error = f": {view['error']}" if view.get("error") else ""
+            out.outcome = f"taskrunner {view['state']}{error}"
+            out.outcome += f" ({view.get('completed')}/{view.get('required')} SLs completed)"
+            found = _swop_digests(work / "swop")
+            out.one_digest = len(found) == PEERS and len(set(found)) == 1 and "" not in found
+            alive = _still_running(orphans, 30.0)
+            sn_up = procs.started["sn"].poll() is None
+            left = f"{len(alive)} processes left" if alive else "all ended"
+            out.alive = f"SN {'up' if sn_up else 'DOWN'}, SLs {left}"
+            out.merged = asyncio.run(_merged_times(port))
+            _recovery(out, fault_at)
+            out.note = "the SLs outlive their SWOP (as the reference's containers do) and report their end"
+            return out
+        finally:
+            for pid in orphans:
+                _sigkill(pid)
+
+
+async def _swop_scenario(
+    procs: Processes, port: int, task_file: Path, orphans: set[int]
+) -> tuple[float, dict[str, Any]]:
+    async with ledger_session(port, "bench-faults-swop") as ledger:
+        await wait_enrolled(ledger, 1)
+        task = await register_task(ledger, task_file)
+        await ledger.submit("taskrunner.assign", {"task": task, "taskrunner": RUNNER, "peers": PEERS})
+    await _wait_round(port, _merged_after(FAULT_AFTER_ROUND), 120)
+    swop = procs.started.pop("swop-1")
+    orphans.update(descendants(swop.pid))
+    fault_at = time.time()
+    swop.kill()
+    swop.wait()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + END_TIMEOUT
+    async with ledger_session(port, "bench-swop") as ledger, ledger.watch("taskrunner", RUNNER) as watch:
+        while True:
+            view = dict(await ledger.query("taskrunner.status", name=RUNNER))
+            if view["state"] != "RUNNING":
+                return fault_at, view
+            await watch.next(timeout=max(deadline - loop.time(), 0.01))
+
+
+def _still_running(pids: set[int], timeout: float) -> list[int]:
+    """Those of ``pids`` still running after up to ``timeout`` seconds (a zombie has ended)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if _running(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _private(work: Path, i: int) -> Path:
+    path = work / f"user{i}"
+    (path / "scratch").mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _swop_digests(swop_work: Path) -> list[str]:
+    found = []
+    for log in sorted((swop_work / "runs").glob("*/*/ml.log")):
+        hits = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", log.read_text(errors="replace"))
+        found.append(hits[-1] if hits else "")
+    return found
+
+
+def _recovery(out: Outcome, fault_at: float) -> None:
+    after = [t for t in out.merged if t > fault_at]
+    before = [b - a for a, b in zip(out.merged, out.merged[1:], strict=False) if b <= fault_at]
+    out.recovery_s = after[0] - fault_at if after else float("nan")
+    out.interval_s = sorted(before)[len(before) // 2] if before else float("nan")
+
+
+NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill,)
+
+
+def main() -> None:
+    """Print the rows named on the command line (default: all of them)."""
+    names = sys.argv[1:]
+    faults.ROWS = tuple(r for r in NODE_ROWS if not names or r.__name__ in names)  # the table's rows
+    print_rows(f"Node faults: {PEERS} SLs (tiny torch program)", faults.run())
+
+
+if __name__ == "__main__":
+    main()
