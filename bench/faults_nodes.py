@@ -7,7 +7,10 @@ Run them alone: ``.venv/bin/python bench/faults_nodes.py [row ...]``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -24,9 +27,12 @@ from bench.faults import (
     PROGRAM,
     TRAINING,
     Outcome,
+    _finish,
     _merged_after,
     _merged_times,
     _sigkill,
+    _start_swarm,
+    _wait_exit,
     _wait_round,
 )
 from bench.processes import Processes, descendants
@@ -138,6 +144,46 @@ def _swop_digests(swop_work: Path) -> list[str]:
     return found
 
 
+# ---------------------------------------------------------------------------------- hung ML program
+
+STRAGGLER_TIMEOUT_S = 8.0
+
+
+def hung_ml(work: Path) -> Outcome:
+    """SIGSTOP of one node's ML program (its SL lives): rounds go on without it after quorum_wait, and
+    once the others finished the ledger skips it after ``SL_STRAGGLER_TIMEOUT_SECONDS``."""
+    with Processes(work / "logs") as procs:
+        sl_env = {"SL_STRAGGLER_TIMEOUT_SECONDS": str(STRAGGLER_TIMEOUT_S)}
+        swarm = _start_swarm(procs, work, sl_env=sl_env)
+        merged = asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+        victim = next(n for n in reversed(swarm.names) if n != merged["leader"])
+        program = _ml_pid(procs, victim)
+        fault_at = time.time()
+        os.kill(program, signal.SIGSTOP)
+        survivors = [n for n in swarm.names if n != victim]
+        out = _finish(
+            swarm, Outcome(f"SIGSTOP of one ML program ({victim}; its SL lives)"), survivors, fault_at
+        )
+        os.kill(program, signal.SIGCONT)
+        code = _wait_exit(swarm, [victim], 30)[victim]
+        lines = [x for x in procs.output(victim).splitlines() if "refused" in x or "skipped" in x]
+        said = lines[-1].strip()[-140:] if lines else "no message"
+        out.note = (
+            f"SL_STRAGGLER_TIMEOUT_SECONDS={STRAGGLER_TIMEOUT_S:g}; resumed after the end, {victim} "
+            f"exits {code}: {said}"
+        )
+        return out
+
+
+def _ml_pid(procs: Processes, name: str) -> int:
+    """The PID of the ML program ``name``'s SL runs."""
+    for pid in descendants(procs.started[name].pid):
+        with contextlib.suppress(OSError):
+            if PROGRAM.name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    raise RuntimeError(f"{name} runs no {PROGRAM.name}")
+
+
 def _recovery(out: Outcome, fault_at: float) -> None:
     after = [t for t in out.merged if t > fault_at]
     before = [b - a for a, b in zip(out.merged, out.merged[1:], strict=False) if b <= fault_at]
@@ -145,7 +191,7 @@ def _recovery(out: Outcome, fault_at: float) -> None:
     out.interval_s = sorted(before)[len(before) // 2] if before else float("nan")
 
 
-NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill,)
+NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml)
 
 
 def main() -> None:

@@ -521,6 +521,42 @@ def test_last_active_member_going_offline_makes_the_round_final() -> None:
     assert sim.open().final
 
 
+def test_a_silent_member_is_skipped_once_the_others_finished_and_its_timeout_passed() -> None:
+    sim = Sim()
+    sim.members("sl1", "sl2", "sl3", straggler_timeout=20.0)
+    assert next_deadline(sim.state) is None
+    sim.tick(5)
+    sim.ok("contract.done", "sl1", {"contract": C})
+    sim.ok("contract.done", "sl2", {"contract": C})
+    assert not sim.open().final  # sl3 (a hung ML program) is still active
+    assert next_deadline(sim.state) == sim.time + 20
+    sim.tick(19)
+    body = {"contract": C, "uid": "sl3"}
+    assert "has until" in sim.no("round.skip_straggler", "sn", body)
+    assert "is not the straggler" in sim.no("round.skip_straggler", "sn", {**body, "uid": "sl1"})
+    sim.tick(1)
+    assert sim.run_due() == [("round.skip_straggler", body)]
+    member = sim.state.contracts[C].members["sl3"]
+    assert member.status == "left" and "after the others finished" in member.left_reason
+    assert sim.open().final
+    assert "left it" in sim.no("round.checkin", "sl3", {"contract": C, "digest": "aa"})
+    sim.checkin("sl1")
+    sim.checkin("sl2")
+    sim.run_due()
+    sim.merge(1)
+    assert sim.state.contracts[C].status == "COMPLETE"
+    late = sim.no("round.checkin", "sl3", {"contract": C, "digest": "aa"})  # its ML program resumed
+    assert "left contract" in late and "after the others finished" in late, late
+
+
+def test_a_member_that_checked_in_is_not_a_straggler() -> None:
+    sim = Sim()
+    sim.members("sl1", "sl2", straggler_timeout=20.0)
+    sim.ok("contract.done", "sl1", {"contract": C})
+    sim.checkin("sl2")
+    assert all(kind != "round.skip_straggler" for kind, _ in due_actions(sim.state, sim.time + 1e6))
+
+
 def test_a_new_join_undoes_final() -> None:
     sim = Sim()
     sim.members("sl1")

@@ -42,12 +42,15 @@ class SessionSettings:
     leader_timeout: float = 30.0
     trim_ratio: float = 0.1
     max_update_norm: float = 0.0
+    straggler_timeout: float = 600.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> SessionSettings:
         """``SL_MAKE_ME_ADMIN``, ``SL_WAIT_FOR_FULL_QUORUM_SECONDS``, ``SL_LEADER_FAILURE_BASE_TIMEOUT``,
         ``SL_MERGE_TRIM_RATIO`` and ``SL_MAX_UPDATE_NORM`` (0: no bound); the first node to join a contract
-        fixes the last two (with the merge method) for all of it."""
+        fixes the last two (with the merge method) for all of it. ``SL_STRAGGLER_TIMEOUT_SECONDS``: how long
+        the others, once finished, wait for a member that sends nothing (a hung ML program) before the
+        ledger skips it."""
         source = os.environ if env is None else env
         admin = source.get("SL_MAKE_ME_ADMIN", "true").strip().lower() not in ("false", "0", "no", "off")
         return cls(
@@ -56,6 +59,7 @@ class SessionSettings:
             leader_timeout=float(source.get("SL_LEADER_FAILURE_BASE_TIMEOUT", cls.leader_timeout)),
             trim_ratio=float(source.get("SL_MERGE_TRIM_RATIO", cls.trim_ratio)),
             max_update_norm=float(source.get("SL_MAX_UPDATE_NORM", cls.max_update_norm)),
+            straggler_timeout=float(source.get("SL_STRAGGLER_TIMEOUT_SECONDS", cls.straggler_timeout)),
         )
 
 
@@ -179,6 +183,7 @@ class MLSession:
             "leader_timeout": self.settings.leader_timeout,
             "trim_ratio": self.settings.trim_ratio,
             "max_update_norm": self.settings.max_update_norm,
+            "straggler_timeout": self.settings.straggler_timeout,
             "secure_aggregation": secure,
         }
         body: dict[str, Any] = {"contract": self.contract, "params": join}
