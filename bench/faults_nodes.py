@@ -37,6 +37,7 @@ from bench.faults import (
 )
 from bench.processes import Processes, descendants
 from bench.swarm_setup import (
+    CONTRACT,
     RUNNER,
     SwarmNode,
     ledger_session,
@@ -175,6 +176,47 @@ def hung_ml(work: Path) -> Outcome:
         return out
 
 
+# ------------------------------------------------------------------------------------- partition
+
+CUT_OFF_S = 25.0
+PARTITION_EPOCHS = 8  # the others still train when it is back
+
+
+def partition(work: Path) -> Outcome:
+    """One SL cut off for ``CUT_OFF_S`` (SIGSTOP of the SL alone: its keepalive lapses, the broker sends
+    its will, the SN marks it offline and it leaves the contract), then SIGCONT: it must join again."""
+    with Processes(work / "logs") as procs:
+        swarm = _start_swarm(procs, work, env={"EPOCHS": PARTITION_EPOCHS})
+        merged = asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+        victim = next(n for n in reversed(swarm.names) if n != merged["leader"])
+        fault_at = time.time()
+        os.kill(procs.started[victim].pid, signal.SIGSTOP)
+        time.sleep(CUT_OFF_S)
+        os.kill(procs.started[victim].pid, signal.SIGCONT)
+        back_at = time.time()
+        out = _finish(
+            swarm, Outcome(f"one SL cut off for {CUT_OFF_S:g} s ({victim}, SIGSTOP)"), swarm.names, fault_at
+        )
+        back = asyncio.run(_rounds_of(swarm.port, victim, back_at))
+        first = f", the first {back[0] - back_at:.2f} s after SIGCONT" if back else ""
+        out.note = (
+            f"{victim} is back after {CUT_OFF_S:g} s and contributes to {len(back)} merged round(s){first}; "
+            "the recovery column is the others' (they go on without it)"
+        )
+        return out
+
+
+async def _rounds_of(port: int, uid: str, since: float) -> list[float]:
+    """Ledger times of the merged rounds ``uid`` contributed to after ``since`` (the chain's history)."""
+    async with ledger_session(port, "bench-rounds") as ledger:
+        history = await ledger.history(CONTRACT)
+    return sorted(
+        float(r["time"])
+        for r in history["records"]
+        if r["kind"] == "round" and float(r["time"]) > since and uid in (r.get("contributors") or [])
+    )
+
+
 def _ml_pid(procs: Processes, name: str) -> int:
     """The PID of the ML program ``name``'s SL runs."""
     for pid in descendants(procs.started[name].pid):
@@ -191,14 +233,14 @@ def _recovery(out: Outcome, fault_at: float) -> None:
     out.interval_s = sorted(before)[len(before) // 2] if before else float("nan")
 
 
-NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml)
+NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partition)
 
 
 def main() -> None:
     """Print the rows named on the command line (default: all of them)."""
     names = sys.argv[1:]
-    faults.ROWS = tuple(r for r in NODE_ROWS if not names or r.__name__ in names)  # the table's rows
-    print_rows(f"Node faults: {PEERS} SLs (tiny torch program)", faults.run())
+    rows = tuple(r for r in NODE_ROWS if not names or r.__name__ in names)
+    print_rows(f"Node faults: {PEERS} SLs (tiny torch program)", faults.run(only=rows))
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ class MLSession:
             except Rejected as exc:
                 lapsed = any(text in exc.reason for text in _LAPSED)
                 if self.attachment is None or not lapsed or rejoined:
-                    return self._refused(exc)
+                    return await self._completed_without_us(header, exc) or self._refused(exc)
                 rejoined = True
                 await self.attachment.reattach(exc.reason)
             except BusError as exc:
@@ -126,6 +126,36 @@ class MLSession:
                 log.warning("%s failed (%s); retrying from the swarm's latest model", op, exc)
                 self.rejoined = op == "sync"
                 await asyncio.sleep(patience.backoff(attempt))
+
+    async def _completed_without_us(self, header: dict[str, Any], exc: Rejected) -> Reply | None:
+        """The contract completed while this node was away (cut off, hung, paused): it ends with the
+        swarm's final model, or says that no node serves it any more (None: the contract is not
+        COMPLETE)."""
+        op = header.get("op")
+        if self.engine is None or op not in ("begin", "sync", "end", "progress"):
+            return None
+        try:
+            final = self.final or await self.engine.final_model()
+        except BusError as error:
+            log.error("the contract completed without this node and its final model is gone: %s", error)
+            return _error(f"{exc.reason}; no node serves its final model any more ({error})")
+        if final is None:
+            return None
+        self.final = final
+        if op == "progress":
+            return {"op": "ok"}, None
+        log.warning(
+            "%s was refused (%s): contract %s completed without this node; it ends with the swarm's final "
+            "model %s",
+            op,
+            exc.reason,
+            self.contract,
+            final.digest[:16],
+        )
+        self.ended = op == "end"
+        if self.privacy is not None:
+            self.privacy.loaded(final.flat)
+        return self._reply(final, training_over=True), final.flat
 
     @staticmethod
     def _refused(exc: Rejected) -> Reply:
@@ -238,17 +268,19 @@ class MLSession:
             self.privacy.loaded(result.flat)
         if op != "sync":
             await self._reported()
-        reply = {
+        return self._reply(result, training_over=op == "end"), result.flat
+
+    def _reply(self, result: RoundResult, *, training_over: bool) -> dict[str, Any]:
+        return {
             "op": "ok",
             "digest": result.digest,
             "round": result.round,
             "merged": result.merged,
             "final": result.final,
-            "training_over": op == "end",
+            "training_over": training_over,
             "next_sync_interval": int(self.params.get("sync_frequency") or 1),
             "layout": [s.as_list() for s in result.flat.specs],
         }
-        return reply, result.flat
 
     async def _reported(self) -> None:
         """Wait for the progress report of the last sync; a failure to record it is only logged."""
