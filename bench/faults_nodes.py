@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -27,6 +29,9 @@ from bench.faults import (
     PROGRAM,
     TRAINING,
     Outcome,
+    Swarm,
+    _digests,
+    _failure,
     _finish,
     _merged_after,
     _merged_times,
@@ -39,6 +44,7 @@ from bench.processes import Processes, descendants
 from bench.swarm_setup import (
     CONTRACT,
     RUNNER,
+    SWARM,
     SwarmNode,
     ledger_session,
     register_task,
@@ -48,6 +54,12 @@ from bench.swarm_setup import (
     write_profile,
     write_run_task,
 )
+from certs import init_swarm, issue_identity
+from daemons.broker import free_port
+from daemons.bus.config import BrokerAddress
+from daemons.identity import Identity, open_bus
+from daemons.ledger_client import LedgerClient
+from daemons.sl.node import EXPIRY_LEAD
 
 __all__ = ["NODE_ROWS"]
 
@@ -217,6 +229,79 @@ async def _rounds_of(port: int, uid: str, since: float) -> list[float]:
     )
 
 
+# ---------------------------------------------------------------------------- certificate expiry
+
+CERT_LIFETIME_S = 25.0  # from the start of the swarm to the expiry of sl-4's certificate
+EXPIRY_EPOCHS = 6  # the others still train when it expires
+
+
+def cert_expiry(work: Path) -> Outcome:
+    """sl-4's certificate expires mid-training (mutual TLS, signed messages): it leaves just before
+    (``EXPIRY_LEAD``), its ML program exits non-zero saying why, the others finish without it."""
+    pki = work / "pki"
+    init_swarm(pki, sl=PEERS)
+    now = dt.datetime.now(dt.UTC)
+    valid_from = now - dt.timedelta(days=1) + dt.timedelta(seconds=CERT_LIFETIME_S)
+    issue_identity(pki / "ca", f"sl-{PEERS}", "sl", pki, valid_from=valid_from, days=1)
+    expires_at = (valid_from + dt.timedelta(days=1)).timestamp()
+    with Processes(work / "logs") as procs:
+        port = free_port()
+        ids = ["--capath", str(pki / "ca" / "capath")]
+        sn_ids = [*ids, "--cert", str(pki / "sn-1-cert.pem"), "--key", str(pki / "sn-1-key.pem")]
+        procs.start(
+            "sn",
+            [SWARM, "sn", "--sentinel", "--data-dir", str(work / "sn"), "--sn-api-port", str(port), *sn_ids],
+        )
+        procs.wait_for_line("sn", "Starting SWARM-API-SERVER", 60)
+        swarm = Swarm(procs, port, work / "sn", work, [f"sl-{i}" for i in range(1, PEERS + 1)])
+        for i, uid in enumerate(swarm.names, 1):
+            files = ["--cert", str(pki / f"{uid}-cert.pem"), "--key", str(pki / f"{uid}-key.pem"), *ids]
+            _start_tls_sl(swarm, uid, {**TRAINING, "EPOCHS": EXPIRY_EPOCHS, "SEED": i}, files)
+        victim, survivors = swarm.names[-1], swarm.names[:-1]
+        fault_at = expires_at - EXPIRY_LEAD
+        out = Outcome(f"the certificate of {victim} expires mid-training")
+        codes = _wait_exit(swarm, survivors, END_TIMEOUT)
+        out.outcome = _failure(swarm, survivors, codes)
+        found = _digests(swarm, survivors)
+        out.one_digest = len(found) == 1 and None not in found
+        exits = "all exit 0" if all(c == 0 for c in codes.values()) else f"exits {list(codes.values())}"
+        out.alive = f"SN {'up' if procs.started['sn'].poll() is None else 'DOWN'}, the other SLs {exits}"
+        swci = Identity.load(pki / "swci-1-cert.pem", pki / "swci-1-key.pem", pki / "ca" / "capath")
+        out.merged, status = asyncio.run(_tls_ledger_facts(port, swci, victim))
+        _recovery(out, fault_at)
+        code = _wait_exit(swarm, [victim], 30)[victim]
+        said = [x for x in procs.output(victim).splitlines() if "SwarmError" in x]
+        out.note = (
+            f"{victim} leaves {EXPIRY_LEAD:g} s before the expiry, the ledger counts it {status}; its ML "
+            f"program exits {code}: "
+            + (said[-1].split("SwarmError: ", 1)[-1][:160] if said else "no message")
+        )
+        return out
+
+
+async def _tls_ledger_facts(port: int, swci: Identity, uid: str) -> tuple[list[float], str]:
+    """The ``round.merged`` times of the contract's latest run, and ``uid``'s member status (over TLS)."""
+    address = BrokerAddress("127.0.0.1", port, tls=True)
+    async with open_bus(swci, address, swci.uid, "swci", network="swarm") as bus:
+        ledger = await LedgerClient.connect(bus, timeout=30)
+        history = await ledger.history(CONTRACT)
+        members = await ledger.query("contract.perfdata", name=CONTRACT)
+    times = sorted(float(r["time"]) for r in history["records"] if r["kind"] == "round")
+    return times, next((str(m["status"]) for m in members if m["uid"] == uid), "?")
+
+
+def _start_tls_sl(swarm: Swarm, uid: str, env: dict[str, object], files: list[str]) -> None:
+    """A standalone SL with its identity (``--cert``/``--key``/``--capath``: mutual TLS, signed messages)."""
+    node = swarm.work / uid
+    node.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROGRAM, node / PROGRAM.name)
+    argv = [SWARM, "sl", "--name", uid, "--sn-api-port", str(swarm.port), "--ml-w", str(node),
+            "--ml-cmd", PROGRAM.name, "--run-dir", str(node / "run"), "--linger", "5", *files]  # fmt: skip
+    for key, value in {"SCRATCH_DIR": node / "scratch", **env}.items():
+        argv += ["--ml-e", f"{key}={value}"]
+    swarm.procs.start(uid, argv)
+
+
 def _ml_pid(procs: Processes, name: str) -> int:
     """The PID of the ML program ``name``'s SL runs."""
     for pid in descendants(procs.started[name].pid):
@@ -233,7 +318,7 @@ def _recovery(out: Outcome, fault_at: float) -> None:
     out.interval_s = sorted(before)[len(before) // 2] if before else float("nan")
 
 
-NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partition)
+NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partition, cert_expiry)
 
 
 def main() -> None:

@@ -1,56 +1,65 @@
-"""Faults of one node against real daemons: a node cut off long enough to be marked offline re-joins."""
+"""Faults of one node against real daemons: a node whose certificate expires leaves saying so. (A node
+cut off and back re-joins: ``tests/test_multihost.py``'s partition and ``bench/faults_nodes.py``.)"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
-from daemons.bus import Bus, BusConfig
+from certs import init_swarm, issue_identity
+from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient
-from tests.conftest import RunningSN
-from tests.swarm_helpers import RunningSL, start_sl, wait_for
+from tests.conftest import RunningSN, start_sn
+from tests.swarm_helpers import RunningSL, start_sl
 
 pytestmark = pytest.mark.slow
 CONTRACT = "defaultbb.cqdb.sml.hpe"
 
 
-async def _member_status(sn: RunningSN, uid: str) -> str:
-    async with Bus(BusConfig(sn.address, "swci-test", "swci")) as bus:
+async def _member_status(sn: RunningSN, uid: str, swci: Identity) -> str:
+    """``uid``'s status in the default contract, read as ``swci``."""
+    async with open_bus(swci, sn.address, swci.uid, "swci", network="swarm") as bus:
         ledger = await LedgerClient.connect(bus, timeout=10)
         members = await ledger.query("contract.perfdata", name=CONTRACT)
     return next((str(m["status"]) for m in members if m["uid"] == uid), "")
 
 
-def test_a_node_cut_off_until_the_ledger_drops_it_joins_again_and_finishes(
-    sn: RunningSN, tmp_path: Path
-) -> None:
-    """SIGSTOP of an SL (its ML program waits on it): its keepalive lapses, the broker sends its will, the
-    SN marks it offline and it leaves the contract; after SIGCONT it registers and joins again. With
-    minPeers 3 of 3 the others wait for it, so it surely takes part again."""
+def test_a_node_whose_certificate_expires_leaves_saying_so_and_the_others_finish(tmp_path: Path) -> None:
+    """Mutual TLS and signed messages: sl-2's certificate expires mid-training. It leaves just before
+    (afterwards the SN could not believe even its offline will), its ML program exits non-zero saying
+    why, the ledger counts it as gone and sl-1 finishes."""
+    pki = tmp_path / "pki"
+    init_swarm(pki, sl=2)
+    valid_from = dt.datetime.now(dt.UTC) - dt.timedelta(days=1) + dt.timedelta(seconds=12)
+    issue_identity(pki / "ca", "sl-2", "sl", pki, valid_from=valid_from, days=1)
+    capath = ["--capath", str(pki / "ca" / "capath")]
 
-    def start(i: int, keepalive: str) -> RunningSL:
-        env = {"SL_WAIT_FOR_FULL_QUORUM_SECONDS": "1", "SWARM_KEEPALIVE": keepalive}
+    def files(cn: str) -> list[str]:
+        return ["--cert", str(pki / f"{cn}-cert.pem"), "--key", str(pki / f"{cn}-key.pem"), *capath]
+
+    sn = start_sn(tmp_path / "sn", extra=files("sn-1"))
+    quick = {"SL_WAIT_FOR_FULL_QUORUM_SECONDS": "1"}
+
+    def start(i: int) -> RunningSL:
+        args = files(f"sl-{i}")
         return start_sl(
-            sn, f"sl-{i}", tmp_path, sl_env=env, SEED=i, MIN_PEERS=3, EPOCHS=2, SLEEP_PER_BATCH=0.1
+            sn, f"sl-{i}", tmp_path, quick, sl_args=args, SEED=i, MIN_PEERS=1, EPOCHS=5, SLEEP_PER_BATCH=0.25
         )
 
-    nodes = [start(1, "10"), start(2, "10")]
-    victim = start(3, "2")  # its broker drops it after 3 s of silence (1.5 keepalives)
+    nodes = [start(1), start(2)]
     try:
-        wait_for(lambda: "Finished Swarm merging round" in victim.output(), 60, "a first merged round")
-        os.kill(victim.process.pid, signal.SIGSTOP)  # the SL alone: its ML program then waits on it
-        try:
-            wait_for(lambda: asyncio.run(_member_status(sn, "sl-3")) == "left", 30, "sl-3 to leave")
-        finally:
-            os.kill(victim.process.pid, signal.SIGCONT)
-        codes = [node.wait(90) for node in (*nodes, victim)]
-        assert codes == [0, 0, 0], [n.output()[-2000:] for n in (*nodes, victim)]
-        assert "the ledger lost this node" in victim.output()
-        assert len({n.final_digest() for n in (*nodes, victim)}) == 1 and victim.final_digest()
+        assert nodes[0].wait(90) == 0, nodes[0].output()[-3000:]
+        assert nodes[0].final_digest() is not None
+        assert nodes[1].wait(30) != 0
+        assert "SwarmError: SwarmCallback: the certificate of 'sl-2'" in nodes[1].output(), nodes[1].output()[
+            -3000:
+        ]
+        swci = Identity.load(pki / "swci-1-cert.pem", pki / "swci-1-key.pem", pki / "ca" / "capath")
+        assert asyncio.run(_member_status(sn, "sl-2", swci)) == "left"
     finally:
-        for node in (*nodes, victim):
+        for node in nodes:
             node.kill()
+        sn.stop()

@@ -15,11 +15,13 @@ import shutil
 import socket
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from certs import client_context, server_context
+from certs import client_context, load_certificate, server_context
+from certs.pki import format_time
 from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError, Request, RpcError
 from daemons.bus.config import BrokerAddress
@@ -40,6 +42,8 @@ from wire import CodecError
 __all__ = ["SLNode", "SLOptions"]
 
 log = logging.getLogger("swarm.sl")
+
+EXPIRY_LEAD = 2.0  # seconds before its certificate expires that an SL leaves the swarm
 
 
 @dataclass
@@ -118,12 +122,35 @@ class SLNode:
         self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings, attachment)
         async with asyncio.TaskGroup() as group:
             keeper = group.create_task(attachment.run(), name="sl.attachment")
+            expiry = group.create_task(self._leave_before_expiry(bus, keeper), name="sl.expiry")
             try:
                 code = await self._run_ml(sock_dir / "sl.sock", ledger)
                 await self._report_if_orphaned(ledger, code)
                 return code
             finally:
                 keeper.cancel()
+                expiry.cancel()
+
+    async def _leave_before_expiry(self, bus: Bus, keeper: asyncio.Task[None]) -> None:
+        """Leave the swarm ``EXPIRY_LEAD`` seconds before this node's certificate expires: from then on
+        the SN and its peers refuse everything it signs, its offline will included. Its presence says
+        offline while it is still believed (the SN takes it out of its contracts), the ledger is not
+        told of it again, and the ML program's requests are refused saying why (it exits non-zero)."""
+        ident = self.options.identity
+        if ident is None:
+            return
+        expires = load_certificate(ident.cert).not_valid_after_utc
+        await asyncio.sleep(max(expires.timestamp() - EXPIRY_LEAD - time.time(), 0.0))
+        message = (
+            f"the certificate of {ident.uid!r} ({ident.cert}) expires on {format_time(expires)}: the swarm "
+            "refuses a node whose certificate expired, so this node leaves it; renew the certificate "
+            "(swarm certs issue) to take part again"
+        )
+        log.error(message)
+        keeper.cancel()  # no registering again
+        if self.session is not None:
+            self.session.refuse(message)
+        await bus.leave()
 
     async def _report_if_orphaned(self, ledger: LedgerClient, code: int) -> None:
         """The SWOP that started this SL is gone (SIGKILL: the SL was re-parented and lives on, as the

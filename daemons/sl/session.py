@@ -86,6 +86,8 @@ class MLSession:
         self.ended = False
         self.privacy: SitePrivacy | None = None  # differential privacy of this site's updates, when asked
         self._report: asyncio.Task[None] | None = None  # the progress of the last sync, being recorded
+        self.refusal: str | None = None  # set by refuse(): every request is answered with it
+        self._serving: set[asyncio.Task[Any]] = set()
 
     @property
     def contract(self) -> str:
@@ -95,7 +97,31 @@ class MLSession:
     def _note_rejoin(self) -> None:
         self.rejoined = True
 
+    def refuse(self, message: str) -> None:
+        """Answer every request of the ML program with the error ``message`` from now on, the ones in
+        flight too (this node can no longer take part: its certificate expires, say)."""
+        self.refusal = message
+        for task in self._serving:
+            task.cancel()
+
     async def handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
+        """Answer one request (or the refusal, once ``refuse`` was called)."""
+        if self.refusal is not None:
+            return _error(self.refusal)
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - called from a task
+        self._serving.add(task)
+        try:
+            return await self._answer(header, payload)
+        except asyncio.CancelledError:
+            if self.refusal is None or task.cancelling() > 1:  # not (only) refuse()'s cancel
+                raise
+            task.uncancel()
+            return _error(self.refusal)
+        finally:
+            self._serving.discard(task)
+
+    async def _answer(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
         """Answer one request; never raises for the ML's mistakes or the swarm's refusals.
 
         When the ledger forgot this node (a partition, an SN restart), the node joins again and the
