@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from pathlib import Path
 
 import pytest
 
-from certs import init_swarm, issue_identity
+from certs import Signer, init_swarm, issue_identity
+from daemons.bus.endpoint import Message
+from daemons.bus.topics import Topics
 from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient
+from daemons.sn.liveness import offline_will
 from tests.conftest import RunningSN, start_sn
 from tests.swarm_helpers import RunningSL, start_sl
+from wire import SignatureError, decode_envelope, encode_envelope, make_envelope
 
-pytestmark = pytest.mark.slow
 CONTRACT = "defaultbb.cqdb.sml.hpe"
 
 
@@ -27,26 +31,27 @@ async def _member_status(sn: RunningSN, uid: str, swci: Identity) -> str:
     return next((str(m["status"]) for m in members if m["uid"] == uid), "")
 
 
+@pytest.mark.slow
 def test_a_node_whose_certificate_expires_leaves_saying_so_and_the_others_finish(tmp_path: Path) -> None:
     """Mutual TLS and signed messages: sl-2's certificate expires mid-training. It leaves just before
     (afterwards the SN could not believe even its offline will), its ML program exits non-zero saying
     why, the ledger counts it as gone and sl-1 finishes."""
     pki = tmp_path / "pki"
     init_swarm(pki, sl=2)
-    valid_from = dt.datetime.now(dt.UTC) - dt.timedelta(days=1) + dt.timedelta(seconds=12)
-    issue_identity(pki / "ca", "sl-2", "sl", pki, valid_from=valid_from, days=1)
     capath = ["--capath", str(pki / "ca" / "capath")]
 
     def files(cn: str) -> list[str]:
         return ["--cert", str(pki / f"{cn}-cert.pem"), "--key", str(pki / f"{cn}-key.pem"), *capath]
 
     sn = start_sn(tmp_path / "sn", extra=files("sn-1"))
+    valid_from = dt.datetime.now(dt.UTC) - dt.timedelta(days=1) + dt.timedelta(seconds=12)
+    issue_identity(pki / "ca", "sl-2", "sl", pki, valid_from=valid_from, days=1)  # 12 s left
     quick = {"SL_WAIT_FOR_FULL_QUORUM_SECONDS": "1"}
 
     def start(i: int) -> RunningSL:
         args = files(f"sl-{i}")
         return start_sl(
-            sn, f"sl-{i}", tmp_path, quick, sl_args=args, SEED=i, MIN_PEERS=1, EPOCHS=5, SLEEP_PER_BATCH=0.25
+            sn, f"sl-{i}", tmp_path, quick, sl_args=args, SEED=i, MIN_PEERS=1, EPOCHS=6, SLEEP_PER_BATCH=0.25
         )
 
     nodes = [start(1), start(2)]
@@ -63,3 +68,32 @@ def test_a_node_whose_certificate_expires_leaves_saying_so_and_the_others_finish
         for node in nodes:
             node.kill()
         sn.stop()
+
+
+def test_an_offline_will_signed_before_the_certificate_expired_is_believed(tmp_path: Path) -> None:
+    """A will is signed at connect time and published when the connection ends, maybe after the expiry."""
+    init_swarm(tmp_path, sl=1)
+    now = dt.datetime.now(dt.UTC)
+    issue_identity(
+        tmp_path / "ca", "sl-9", "sl", tmp_path, valid_from=now - dt.timedelta(days=1, minutes=1), days=1
+    )
+    signer = Signer.from_files(tmp_path / "sl-9-cert.pem", tmp_path / "sl-9-key.pem")
+    signed_at = (now - dt.timedelta(minutes=3)).timestamp()  # it expired a minute ago; the CA is 5 min old
+    verifier = Identity.load(
+        tmp_path / "sl-1-cert.pem", tmp_path / "sl-1-key.pem", tmp_path / "ca" / "capath"
+    ).verifier()
+    topic = Topics("swarm", "sl-9", "sl-9").presence("sl-9")
+
+    def will(state: str, when: float = signed_at) -> Message:
+        env = make_envelope("presence", {"state": state}, sender="sl-9", role="sl", signer=signer, when=when)
+        return Message(topic, encode_envelope(env))
+
+    with pytest.raises(SignatureError, match="expired on"):
+        decode_envelope(will("offline").payload, verifier=verifier)
+    believed = offline_will(will("offline"), verifier, frozenset())
+    assert believed is not None and believed.sender == "sl-9"
+    assert offline_will(will("online"), verifier, frozenset()) is None  # only the offline claim
+    assert offline_will(will("offline"), verifier, frozenset({"sl-9"})) is None  # revoked
+    assert offline_will(will("offline", time.time()), verifier, frozenset()) is None  # signed after it
+    other = Message(Topics("swarm", "sl-1", "sl-1").presence("sl-1"), will("offline").payload)
+    assert offline_will(other, verifier, frozenset()) is None  # not in its own namespace
