@@ -179,8 +179,7 @@ def hung_ml(work: Path) -> Outcome:
         )
         os.kill(program, signal.SIGCONT)
         code = _wait_exit(swarm, [victim], 30)[victim]
-        lines = [x for x in procs.output(victim).splitlines() if "refused" in x or "skipped" in x]
-        said = lines[-1].strip()[-140:] if lines else "no message"
+        said = _swarm_error(procs.output(victim))
         out.note = (
             f"SL_STRAGGLER_TIMEOUT_SECONDS={STRAGGLER_TIMEOUT_S:g}; resumed after the end, {victim} "
             f"exits {code}: {said}"
@@ -270,11 +269,9 @@ def cert_expiry(work: Path) -> Outcome:
         out.merged, status = asyncio.run(_tls_ledger_facts(port, swci, victim))
         _recovery(out, fault_at)
         code = _wait_exit(swarm, [victim], 30)[victim]
-        said = [x for x in procs.output(victim).splitlines() if "SwarmError" in x]
         out.note = (
             f"{victim} leaves {EXPIRY_LEAD:g} s before the expiry, the ledger counts it {status}; its ML "
-            f"program exits {code}: "
-            + (said[-1].split("SwarmError: ", 1)[-1][:160] if said else "no message")
+            f"program exits {code}: {_swarm_error(procs.output(victim))}"
         )
         return out
 
@@ -300,6 +297,12 @@ def _start_tls_sl(swarm: Swarm, uid: str, env: dict[str, object], files: list[st
     for key, value in {"SCRATCH_DIR": node / "scratch", **env}.items():
         argv += ["--ml-e", f"{key}={value}"]
     swarm.procs.start(uid, argv)
+
+
+def _swarm_error(output: str) -> str:
+    """The last ``SwarmError`` the ML program raised (the message the user sees), shortened."""
+    said = [x.split("SwarmError: ", 1)[1] for x in output.splitlines() if "SwarmError: " in x]
+    return said[-1].removeprefix("SwarmCallback: ")[:200] if said else "no message"
 
 
 def _ml_pid(procs: Processes, name: str) -> int:
