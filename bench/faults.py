@@ -350,10 +350,10 @@ ROWS: tuple[Callable[[Path], Outcome], ...] = (
 QUICK: tuple[Callable[[Path], Outcome], ...] = (sl_kill, leader_after_merged_broker, nan_peer)
 
 
-def measure(quick: bool = False) -> list[Outcome]:
-    """Every row (a failing row says why and the others still run)."""
+def measure(quick: bool = False, rows: tuple[Callable[[Path], Outcome], ...] = ()) -> list[Outcome]:
+    """Every row, or ``rows`` (a failing row says why and the others still run)."""
     results = []
-    for row in QUICK if quick else ROWS:
+    for row in rows or (QUICK if quick else all_rows()):
         with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
             try:
                 results.append(row(Path(tmp)))
@@ -364,10 +364,10 @@ def measure(quick: bool = False) -> list[Outcome]:
     return results
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Table rows: seconds from the fault to the next merged round; target 10 s."""
+def run(quick: bool = False, only: tuple[Callable[[Path], Outcome], ...] = ()) -> list[dict[str, Any]]:
+    """Table rows (of ``only``, when given): seconds from the fault to the next merged round; target 10 s."""
     rows = []
-    for r in measure(quick):
+    for r in measure(quick, only):
         waits = r.fault.startswith("minPeers")
         digest = "" if waits else f"; one final digest: {'yes' if r.one_digest else 'no'}"
         note = "; ".join(x for x in (f"{r.outcome}{digest}", r.alive, r.note) if x)
@@ -385,6 +385,13 @@ def main() -> None:
     """Print the table."""
     title = f"Fault matrix: {PEERS} SLs (tiny torch program), one fault per row"
     print_rows(title, run("--quick" in sys.argv))
+
+
+def all_rows() -> tuple[Callable[[Path], Outcome], ...]:
+    """``ROWS`` and the node rows of ``bench/faults_nodes.py`` (imported late: they use the helpers here)."""
+    from bench.faults_nodes import NODE_ROWS
+
+    return (*ROWS, *NODE_ROWS)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from certs.pki import (
     load_certificate,
     load_private_key,
 )
-from wire.errors import SignatureError
+from wire.errors import CertificateTimeError, SignatureError
 
 __all__ = ["DEFAULT_CACHE_SIZE", "Signer", "Verifier"]
 
@@ -187,7 +187,7 @@ class Verifier:
             raise SignatureError(msg)
         now = self._clock()
         if not entry.start <= now <= entry.end:
-            raise SignatureError(_time_problem(entry, now))
+            raise CertificateTimeError(_time_problem(entry, now))
         try:
             _check_signature(entry.key, signature, data)
         except (InvalidSignature, ValueError):

@@ -46,6 +46,7 @@ _HANDLERS: Mapping[str, Handler] = {
     "round.merged": rounds.merged,
     "round.failed": rounds.failed,
     "round.leader_timeout": rounds.leader_timeout,
+    "round.skip_straggler": rounds.skip_straggler,
     "task.create": tasks.create,
     "task.append": tasks.append,
     "task.delete": tasks.delete,
@@ -100,6 +101,9 @@ def _due(state: State) -> list[tuple[float, str, dict[str, Any]]]:
         at = rounds.close_due_at(state, name)
         if at is not None and book.open is not None:
             out.append((at, "round.close", {"contract": name, "round": book.open.number}))
+        straggler = rounds.straggler_due(state, name)
+        if straggler is not None:
+            out.append((straggler[0], "round.skip_straggler", {"contract": name, "uid": straggler[1]}))
         for rnd in book.pending:
             if rnd.leader_deadline is not None:
                 body = {"contract": name, "round": rnd.number}

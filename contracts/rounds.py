@@ -31,6 +31,8 @@ __all__ = [
     "merged",
     "refresh_open_round",
     "round_rules",
+    "skip_straggler",
+    "straggler_due",
 ]
 
 KEEP_FINISHED = 4
@@ -146,9 +148,14 @@ def checkin(state: State, tx: Tx) -> State:
     """``round.checkin``: the sender joins the currently open round."""
     name = tx.body["contract"]
     contract = _contract(state, name)
+    member = contract.members.get(tx.sender)
+    if contract.status != ACTIVE and member is not None and member.status == "left" and member.left_reason:
+        raise RejectError(
+            f"{tx.sender!r} left contract {name!r} before it ended ({member.left_reason}); "
+            f"it is {contract.status} now"
+        )
     if contract.status != ACTIVE:
         raise RejectError(_not_active(contract))
-    member = contract.members.get(tx.sender)
     if member is None or member.status == "left":
         why = "is not a member" if member is None else "left it"
         raise RejectError(f"{tx.sender!r} {why} of contract {name!r}; it must join it first")
@@ -352,3 +359,36 @@ def member_offline(state: State, name: str, uid: str, time: float, reason: str) 
     if book is not old:
         state = _with_book(state, name, book)
     return refresh_open_round(state, name, time)
+
+
+def straggler_due(state: State, name: str) -> tuple[float, str] | None:
+    """When the first straggler of ``name`` is skipped, and who: an ``active`` member (online) that has
+    sent nothing (no progress, no check-in) for ``straggler_timeout`` seconds since the last of the
+    others finished training, say an ML program that hangs while its SL lives. None: nobody waits."""
+    contract = state.contracts.get(name)
+    rnd = _book(state, name).open if name in state.rounds else None
+    if contract is None or contract.status != ACTIVE or rnd is None:
+        return None
+    expected = expected_members(state, contract)
+    finished = [m for m in expected if m.status == "finished"]
+    silent = [m for m in expected if m.status == "active" and m.uid not in rnd.checkins]
+    if not finished or not silent or any(m.status == "active" and m.uid in rnd.checkins for m in expected):
+        return None
+    timeout = max(m.params.straggler_timeout for m in expected)
+    last_done = max(m.updated_at for m in finished)
+    return min((max(m.updated_at, last_done) + timeout, m.uid) for m in silent)
+
+
+def skip_straggler(state: State, tx: Tx) -> State:
+    """``round.skip_straggler`` (SN): the straggler leaves the contract, so the others' final round goes
+    on without it; its node stays online (its SL is alive) and a late request of it is refused."""
+    name, uid = tx.body["contract"], tx.body["uid"]
+    due = straggler_due(state, name)
+    if due is None or due[1] != uid:
+        raise RejectError(f"{uid!r} is not the straggler of contract {name!r} (or nobody waits for it)")
+    if tx.time < due[0]:
+        raise RejectError(f"{uid!r} has until {due[0]:.3f} to show progress in contract {name!r}")
+    contract = state.contracts[name]
+    waited = tx.time - max(m.updated_at for m in contract.members.values() if m.status == "finished")
+    reason = f"sent nothing for {waited:.0f} s after the others finished training (straggler_timeout)"
+    return member_offline(state, name, uid, tx.time, reason)

@@ -111,6 +111,7 @@ class Params:
     secure_aggregation: bool = False  # the mean merge by masked rows (docs/privacy.md)
     trim_ratio: float = 0.1
     max_update_norm: float = 0.0
+    straggler_timeout: float = 600.0  # silent this long once the others finished: skipped (rounds.py)
 
 
 @dataclass(frozen=True, slots=True)

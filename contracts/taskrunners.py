@@ -147,19 +147,35 @@ def status(state: State, tx: Tx) -> State:
     current = runner.assignment
     if current is None:
         raise RejectError(f"taskrunner {runner.name!r} has no task assigned")
-    if tx.sender not in current.allocation:
-        raise RejectError(f"SWOP {tx.sender!r} has no part in task {current.task!r} on {runner.name!r}")
+    swop = _own_sl_parent(state, tx, current) if tx.role == "sl" else tx.sender
+    if swop not in current.allocation:
+        raise RejectError(f"SWOP {swop!r} has no part in task {current.task!r} on {runner.name!r}")
     if body["peer_type"] == "SWOP" and body["peer"] != tx.sender:
         raise RejectError(f"a SWOP status must name the SWOP itself ({tx.sender!r}), not {body['peer']!r}")
     entry = PeerStatus(
         body["peer"], body["peer_type"], body["status"], body["description"], body["exit_code"], tx.time
     )
-    mine = put(current.statuses.get(tx.sender, {}), entry.peer, entry)
-    current = replace(current, statuses=put(current.statuses, tx.sender, mine), updated_at=tx.time)
+    mine = put(current.statuses.get(swop, {}), entry.peer, entry)
+    current = replace(current, statuses=put(current.statuses, swop, mine), updated_at=tx.time)
     runner = replace(runner, assignment=current)
     if runner.state == "RUNNING":
         runner = _derive(state, runner, tx.time, entry)
     return _with_runner(state, runner)
+
+
+def _own_sl_parent(state: State, tx: Tx, current: Assignment) -> str:
+    """The SWOP an SL reports itself for (its registered parent): an SL whose SWOP died (SIGKILL) lives
+    on, as the reference's containers do, and reports its own end; it may report nothing else."""
+    body = tx.body
+    if body["peer_type"] != "SL" or body["peer"] != tx.sender:
+        raise RejectError(f"an SL may report only its own status ({tx.sender!r}), not {body['peer']!r}")
+    if current.task_type != "RUN_SWARM":
+        raise RejectError(f"an SL reports itself only in a RUN_SWARM task, not {current.task_type}")
+    node = state.nodes.get(tx.sender)
+    parent = node.parent if node is not None else None
+    if not parent:
+        raise RejectError(f"SL {tx.sender!r} was not started by a SWOP (it has no parent)")
+    return parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +225,23 @@ def _derive(state: State, runner: TaskRunner, time: float, trigger: PeerStatus |
         tally = f"{n.completed} completed + {n.alive} still running < {n.required} required"
         error = f"{_failure(current, trigger)}; {tally}"
         return replace(runner, state="ERROR", error=error, finished_at=time)
-    orphaned = not any(_online(state, uid) for uid in current.allocation)
+    orphaned = not any(_online(state, uid) for uid in _parts(current))
     if orphaned and current.orphaned_at is None:
         return replace(runner, assignment=replace(current, orphaned_at=time))
     if not orphaned and current.orphaned_at is not None:
         return replace(runner, assignment=replace(current, orphaned_at=None))
     return runner
+
+
+def _parts(assignment: Assignment) -> set[str]:
+    """The SWOPs of ``assignment`` and the SLs they reported running (which outlive a dead SWOP)."""
+    sls = {
+        s.peer
+        for reports in assignment.statuses.values()
+        for s in reports.values()
+        if s.peer_type == "SL" and s.status in _RUNNING
+    }
+    return set(assignment.allocation) | sls
 
 
 def orphan_deadline(runner: TaskRunner) -> float | None:
@@ -264,8 +291,8 @@ def swop_online(state: State, uid: str, time: float) -> State:
 
 
 def swop_offline(state: State, uid: str, time: float) -> State:
-    """Liveness: a SWOP went offline; a RUNNING assignment whose every SWOP is gone waits for them
-    for its grace (``orphan_deadline``), then the SN's ``taskrunner.orphaned`` makes it ERROR."""
+    """Liveness: a SWOP (or one of its SLs) went offline; a RUNNING assignment whose every SWOP and SL is
+    gone waits for them for its grace (``orphan_deadline``), then ``taskrunner.orphaned`` makes it ERROR."""
     for runner in _running_with(state.taskrunners.values(), uid):
         derived = _derive(state, runner, time, None)
         if derived is not runner:
@@ -277,7 +304,7 @@ def _running_with(runners: Iterable[TaskRunner], uid: str) -> list[TaskRunner]:
     return [
         r
         for r in runners
-        if r.state == "RUNNING" and r.assignment is not None and uid in r.assignment.allocation
+        if r.state == "RUNNING" and r.assignment is not None and uid in _parts(r.assignment)
     ]
 
 

@@ -142,6 +142,7 @@ _PARAM_FIELDS: Mapping[str, f.Field] = {
     "secure_aggregation": f.Field(f.boolean, False),
     "trim_ratio": f.Field(_trim_ratio, 0.1),
     "max_update_norm": f.Field(f.number(0.0), 0.0),
+    "straggler_timeout": f.Field(f.number(0.001), 600.0),
 }
 
 _CONTRACT = {"contract": f.Field(f.name)}
@@ -214,6 +215,7 @@ KINDS: Mapping[str, KindSpec] = {
         _SL, {**_ROUND, "reason": f.Field(f.text(500)), "excluded": f.Field(_excluded, ())}
     ),
     "round.leader_timeout": KindSpec(_SN, _ROUND),
+    "round.skip_straggler": KindSpec(_SN, {**_CONTRACT, "uid": f.Field(f.name)}),
     "task.create": KindSpec(
         ADMIN_ROLES,
         {
@@ -251,7 +253,7 @@ KINDS: Mapping[str, KindSpec] = {
         },
     ),
     "taskrunner.status": KindSpec(
-        _SWOP,
+        frozenset({"swop", "sl"}),  # an SL reports itself only when its SWOP is gone (taskrunners.py)
         {
             "taskrunner": f.Field(f.name),
             "peer": f.Field(f.name),

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from certs import Signer, Verifier, init_swarm, issue_identity
 from daemons.broker import ManagedBroker
 from daemons.bus import (
     Bus,
@@ -93,6 +96,30 @@ async def test_garbage_and_forged_messages_do_not_hurt_the_server(make_bus: Make
         await client.publish(req_topic, not_a_request)
         assert (await client.request("sn-1", "ping"))["sender"] == "sl-1"
         assert await eventually(lambda: rpc.rejected == 4), rpc.rejected
+
+
+async def test_a_request_under_an_expired_certificate_is_answered_with_why(
+    make_bus: MakeBus, tmp_path: Path
+) -> None:
+    init_swarm(tmp_path, sl=1)
+    now = dt.datetime.now(dt.UTC)
+    issue_identity(
+        tmp_path / "ca", "sl-9", "sl", tmp_path, valid_from=now - dt.timedelta(days=1, minutes=1), days=1
+    )
+    verifier = Verifier.from_ca(tmp_path / "ca" / "capath")
+
+    def signer(uid: str) -> Signer:
+        return Signer.from_files(tmp_path / f"{uid}-cert.pem", tmp_path / f"{uid}-key.pem")
+
+    async with (
+        make_bus("sn-1", "sn", signer=signer("sn-1"), verifier=verifier) as server,
+        make_bus("sl-9", signer=signer("sl-9"), verifier=verifier) as client,
+    ):
+        rpc = server.serve(echo)
+        with pytest.raises(RemoteError, match=r"certificate of 'sl-9' expired on .*: refused") as err:
+            await client.request("sn-1", "ping", timeout=5)  # not a silence until the timeout
+        assert err.value.code == "rejected"
+        assert rpc.rejected == 1
 
 
 async def test_presence_is_retained_and_the_will_says_offline(

@@ -521,6 +521,42 @@ def test_last_active_member_going_offline_makes_the_round_final() -> None:
     assert sim.open().final
 
 
+def test_a_silent_member_is_skipped_once_the_others_finished_and_its_timeout_passed() -> None:
+    sim = Sim()
+    sim.members("sl1", "sl2", "sl3", straggler_timeout=20.0)
+    assert next_deadline(sim.state) is None
+    sim.tick(5)
+    sim.ok("contract.done", "sl1", {"contract": C})
+    sim.ok("contract.done", "sl2", {"contract": C})
+    assert not sim.open().final  # sl3 (a hung ML program) is still active
+    assert next_deadline(sim.state) == sim.time + 20
+    sim.tick(19)
+    body = {"contract": C, "uid": "sl3"}
+    assert "has until" in sim.no("round.skip_straggler", "sn", body)
+    assert "is not the straggler" in sim.no("round.skip_straggler", "sn", {**body, "uid": "sl1"})
+    sim.tick(1)
+    assert sim.run_due() == [("round.skip_straggler", body)]
+    member = sim.state.contracts[C].members["sl3"]
+    assert member.status == "left" and "after the others finished" in member.left_reason
+    assert sim.open().final
+    assert "left it" in sim.no("round.checkin", "sl3", {"contract": C, "digest": "aa"})
+    sim.checkin("sl1")
+    sim.checkin("sl2")
+    sim.run_due()
+    sim.merge(1)
+    assert sim.state.contracts[C].status == "COMPLETE"
+    late = sim.no("round.checkin", "sl3", {"contract": C, "digest": "aa"})  # its ML program resumed
+    assert "left contract" in late and "after the others finished" in late, late
+
+
+def test_a_member_that_checked_in_is_not_a_straggler() -> None:
+    sim = Sim()
+    sim.members("sl1", "sl2", straggler_timeout=20.0)
+    sim.ok("contract.done", "sl1", {"contract": C})
+    sim.checkin("sl2")
+    assert all(kind != "round.skip_straggler" for kind, _ in due_actions(sim.state, sim.time + 1e6))
+
+
 def test_a_new_join_undoes_final() -> None:
     sim = Sim()
     sim.members("sl1")
@@ -881,6 +917,42 @@ def test_every_swop_offline_past_its_grace_is_an_error() -> None:
         runner.error
         == "every SWOP of the assignment went offline (swop1, swop2) and stayed offline for 120 s"
     )
+
+
+def test_sls_of_a_dead_swop_report_their_own_end_and_complete_the_task() -> None:
+    sim = Sim()
+    _swops(sim, {"swop1": 2})
+    sim.register("sl1", "sl2", parent="swop1")
+    sim.register("sl9")
+    _task(sim)
+    _assign(sim, peers=2)
+    _status(sim, "swop1", "sl1", "RUNNING")
+    _status(sim, "swop1", "sl2", "RUNNING")
+    sim.offline("swop1")  # SIGKILL: its SLs live on, so the task is not orphaned
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None
+    body = {"taskrunner": TR, "peer": "sl2", "peer_type": "SL", "status": "COMPLETED", "exit_code": 0}
+    assert "only its own status" in sim.no("taskrunner.status", "sl1", body)
+    assert "has no parent" in sim.no("taskrunner.status", "sl9", {**body, "peer": "sl9"})
+    sim.ok("taskrunner.status", "sl1", {**body, "peer": "sl1"})
+    sim.offline("sl1")
+    assert sim.state.taskrunners[TR].state == "RUNNING"
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None  # sl2 still trains
+    sim.ok("taskrunner.status", "sl2", body)
+    assert sim.state.taskrunners[TR].state == "COMPLETE"
+
+
+def test_a_dead_swop_whose_sls_are_gone_too_is_orphaned() -> None:
+    sim = Sim()
+    _swops(sim, {"swop1": 1})
+    sim.register("sl1", parent="swop1")
+    _task(sim)
+    _assign(sim, peers=1)
+    _status(sim, "swop1", "sl1", "RUNNING")
+    sim.offline("swop1")
+    assert sim.state.taskrunners[TR].assignment.orphaned_at is None
+    sim.tick(5)
+    sim.offline("sl1")  # it died without a word
+    assert sim.state.taskrunners[TR].assignment.orphaned_at == sim.time
 
 
 def test_a_swop_back_within_its_grace_keeps_the_task_running() -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -179,3 +182,49 @@ def descendants(pid: int) -> list[int]:
         found += kids
         frontier += kids
     return found
+
+
+def test_sigkill_of_the_swop_leaves_its_sls_to_finish_and_the_task_complete(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    """A SIGKILLed SWOP's SLs live on (as the reference's containers do) and report their own end; the
+    SWOP restarted meanwhile leaves them be."""
+    profile = write_swarm_setup(tmp_path, 2, {"MIN_PEERS": 2, "EPOCHS": 2, "SLEEP_PER_BATCH": 0.2})
+    swop = start_swop(sn, profile, tmp_path)
+
+    async def scenario() -> dict[str, Any]:
+        async with ledger_of(sn) as ledger:
+            await wait_enrolled(ledger, 1)
+            task = await register_task(ledger, tmp_path / "run_tiny.yaml")
+            await ledger.submit("taskrunner.assign", {"task": task, "taskrunner": RUNNER, "peers": 2})
+            async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
+                while not (await ledger.query("contract.perfdata", name="defaultbb.cqdb.sml.hpe")):
+                    await watch.next(timeout=90)
+            children.extend(descendants(swop.pid))
+            swop.kill()  # SIGKILL of the SWOP alone: its SLs run in their own sessions
+            async with ledger.watch("node", "swop-1") as watch:
+                while (await ledger.query("node", uid="swop-1"))["online"]:
+                    await watch.next(timeout=30)
+            restarted.append(start_swop(sn, profile, tmp_path))
+            async with ledger.watch("taskrunner", RUNNER) as watch:
+                while True:
+                    view = await ledger.query("taskrunner.status", name=RUNNER)
+                    if view["state"] != "RUNNING":
+                        return dict(view)
+                    await watch.next(timeout=90)
+
+    children: list[int] = []
+    restarted: list[subprocess.Popen[bytes]] = []
+    try:
+        status = asyncio.run(scenario())
+        assert status["state"] == "COMPLETE", status
+        assert status["completed"] == 2
+        assert len(set(digests(tmp_path))) == 1 and digests(tmp_path)[0]
+        assert "starting in" not in (tmp_path / "swop.out").read_text()  # the restarted SWOP's log
+    finally:
+        for process in (swop, *restarted):
+            process.kill()
+            process.wait(30)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -15,9 +15,10 @@ from wire.envelope import (
     make_envelope,
     verify_envelope,
 )
-from wire.errors import CodecError, SignatureError
+from wire.errors import CertificateTimeError, CodecError, SignatureError
 
 __all__ = [
+    "CertificateTimeError",
     "CodecError",
     "Envelope",
     "SignatureError",

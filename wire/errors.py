@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CodecError", "SignatureError"]
+__all__ = ["CertificateTimeError", "CodecError", "SignatureError"]
 
 
 class CodecError(ValueError):
@@ -11,3 +11,7 @@ class CodecError(ValueError):
 
 class SignatureError(CodecError):
     """A signature, certificate or sender claim that does not verify."""
+
+
+class CertificateTimeError(SignatureError):
+    """A certificate outside its validity period: expired, or not valid yet."""

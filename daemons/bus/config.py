@@ -76,6 +76,15 @@ def subscribe_qos_from_env(env: Mapping[str, str] | None = None) -> int:
     return int(text)
 
 
+def keepalive_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``SWARM_KEEPALIVE`` (seconds, default 10): the MQTT keepalive; a node silent for 1.5 times that
+    (frozen, cut off) is dropped by the broker, which publishes its will (its presence turns offline)."""
+    text = (os.environ if env is None else env).get("SWARM_KEEPALIVE", "10").strip()
+    if not text.isdigit() or not 1 <= int(text) <= 3600:
+        raise ValueError(f"SWARM_KEEPALIVE={text!r} must be a number of seconds from 1 to 3600")
+    return int(text)
+
+
 @dataclass(frozen=True, slots=True)
 class BusConfig:
     """Connection settings of one bus session.
@@ -91,7 +100,7 @@ class BusConfig:
     network: str = "swarm"
     identity: str | None = None
     tls: ssl.SSLContext | None = field(default=None, compare=False)
-    keepalive: int = 10
+    keepalive: int = field(default_factory=keepalive_from_env)
     connect_timeout: float = 10.0
     request_timeout: float = 10.0
     publish_timeout: float = 30.0

@@ -17,7 +17,7 @@ from typing import Any
 from daemons.aio import raise_if_cancelling
 from daemons.bus.endpoint import Endpoint, Message
 from daemons.bus.errors import BusError, RemoteError, RequestTimeout
-from wire import CodecError, Envelope
+from wire import CertificateTimeError, CodecError, Envelope, decode_envelope
 
 __all__ = ["Handler", "Request", "RpcClient", "RpcError", "RpcServer"]
 
@@ -172,8 +172,12 @@ class RpcServer:
             self._sem.release()
 
     def _accept(self, message: Message) -> Envelope | None:
+        """The request in ``message``, or None (logged) when it is not one; CertificateTimeError when its
+        certificate is outside its validity period (``_refuse_out_of_date`` answers it)."""
         try:
             env = self._bus.open(message)
+        except CertificateTimeError:
+            raise
         except CodecError as exc:
             self.rejected += 1
             log.warning("bus[%s] rejected a request: %s", self._bus.uid, exc)
@@ -185,7 +189,12 @@ class RpcServer:
         return env
 
     async def _handle(self, message: Message) -> None:
-        env = self._accept(message)
+        try:
+            env = self._accept(message)
+        except CertificateTimeError as exc:
+            self.rejected += 1
+            await self._refuse_out_of_date(message, exc)
+            return
         if env is None:
             return
         assert env.corr is not None  # noqa: S101 - checked by _accept
@@ -205,6 +214,20 @@ class RpcServer:
         finally:
             self._in_flight.discard(key)
         await self._bus.publish(reply_topic, payload)
+
+    async def _refuse_out_of_date(self, message: Message, exc: CertificateTimeError) -> None:
+        """Answer a request signed under an expired (or not yet valid) certificate with why it is refused,
+        rather than with silence that leaves its sender retrying: the answer says nothing but that."""
+        try:
+            env = decode_envelope(message.payload, what=f"message on {message.topic}")
+        except CodecError:
+            return
+        if not env.kind.startswith("req:") or env.corr is None or env.reply_to != env.sender:
+            return
+        log.warning("bus[%s] refused %r from %r: %s", self._bus.uid, env.kind, env.sender, exc)
+        error = {"code": "rejected", "message": f"{exc}: refused; renew the certificate"}
+        payload = self._bus.encode("rep", {"ok": False, "error": error}, corr=env.corr)
+        await self._bus.publish(self._bus.topics.reply(self._bus.uid, env.sender), payload)
 
     async def _call(self, env: Envelope) -> dict[str, Any]:
         request = Request(env.kind[4:], env.body, env.sender, env.role, env)

@@ -117,6 +117,7 @@ class Bus:
         self._failed = asyncio.Event()
         self._last_error: str = ""
         self._closing = False
+        self._left = False  # said offline for good (leave()): never online again
         self._ever_connected = False
         self._tasks: asyncio.TaskGroup | None = None
         self._children: list[asyncio.Task[Any]] = []
@@ -297,7 +298,7 @@ class Bus:
         self._client = client
         for topic_filter in dict.fromkeys(s.filter for s in self._subs):
             await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
-        if self._presence is not None:
+        if self._presence is not None and not self._left:
             await self._publish_presence("online")
         if self._ever_connected:
             self.reconnects += 1
@@ -348,7 +349,7 @@ class Bus:
             except CodecError:
                 continue
             other = env.body.get("session")
-            if env.kind != "presence" or other == self.session or self._closing:
+            if env.kind != "presence" or other == self.session or self._closing or self._left:
                 continue
             state = env.body.get("state")
             log.warning(
@@ -362,6 +363,13 @@ class Bus:
             if state != "online":
                 with contextlib.suppress(BusError, aiomqtt.MqttError):
                     await self._publish_presence("online")
+
+    async def leave(self) -> None:
+        """Say ``offline`` now (retained presence) and never ``online`` again, while the connection stays:
+        the SN counts the node as gone (an SL whose certificate is about to expire leaves so)."""
+        self._left = True
+        if self._presence is not None:
+            await self._publish_presence("offline")
 
     async def _publish_presence(self, state: str) -> None:
         client = self._client

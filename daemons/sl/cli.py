@@ -46,6 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--sn-api-port", type=int, default=DEFAULT_PORT, help=f"its port (default {DEFAULT_PORT})")
     p.add_argument("--sn-uid", help="talk to this SN (default: the sentinel online)")
     p.add_argument("--parent", help="uid of the SWOP that started this node")
+    p.add_argument(
+        "--taskrunner", help="the parent SWOP's taskrunner (the SL reports its end there if the SWOP dies)"
+    )
     p.add_argument("--ml-entrypoint", default="python3", help="program that runs --ml-cmd (default python3)")
     p.add_argument(
         "--ml-cmd", required=True, help="the model program and its arguments, e.g. model/mnist_pyt.py"
@@ -138,6 +141,7 @@ def options_from_args(args: argparse.Namespace) -> SLOptions:
         sn_uid=args.sn_uid,
         identity=identity,
         parent=args.parent,
+        taskrunner=args.taskrunner,
         linger=args.linger,
         meta={"run_dir": str(run_dir), "mount_notes": notes},
     )

@@ -15,18 +15,20 @@ import shutil
 import socket
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from certs import client_context, server_context
+from certs import client_context, load_certificate, server_context
+from certs.pki import format_time
 from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError, Request, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.bus.transfer import FETCH_METHOD, StateHolder
 from daemons.debug import install_task_dump
 from daemons.identity import Identity, open_bus
-from daemons.ledger_client import LedgerClient, Patience
+from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
 from daemons.sl.dataplane import DataPlaneClient, serving
@@ -43,6 +45,8 @@ __all__ = ["SLNode", "SLOptions"]
 
 log = logging.getLogger("swarm.sl")
 
+EXPIRY_LEAD = 2.0  # seconds before its certificate expires that an SL leaves the swarm
+
 
 @dataclass
 class SLOptions:
@@ -55,6 +59,7 @@ class SLOptions:
     sn_uid: str | None = None
     identity: Identity | None = None
     parent: str | None = None
+    taskrunner: str | None = None
     settings: SessionSettings = field(default_factory=SessionSettings.from_env)
     linger: float = 30.0
     sn_timeout: float = 60.0
@@ -74,6 +79,7 @@ class SLNode:
         self._address = ""
         self._stop = asyncio.Event()
         self._attached_event = asyncio.Event()  # the session answers the ML program from now on
+        self._ppid = os.getppid()
 
     def _bus(self) -> Bus:
         opts = self.options
@@ -152,10 +158,57 @@ class SLNode:
         self.session = MLSession(ledger, self._engine_factory(bus, ledger), self.options.settings, attachment)
         async with asyncio.TaskGroup() as group:
             keeper = group.create_task(attachment.run(), name="sl.attachment")
+            expiry = group.create_task(self._leave_before_expiry(bus, keeper), name="sl.expiry")
             try:
-                return await self._run_ml(exited, ledger)
+                code = await self._run_ml(exited, ledger)
+                await self._report_if_orphaned(ledger, code)
+                return code
             finally:
                 keeper.cancel()
+                expiry.cancel()
+
+    async def _leave_before_expiry(self, bus: Bus, keeper: asyncio.Task[None]) -> None:
+        """Leave the swarm ``EXPIRY_LEAD`` seconds before this node's certificate expires: from then on
+        the SN and its peers refuse everything it signs, its offline will included. Its presence says
+        offline while it is still believed (the SN takes it out of its contracts), the ledger is not
+        told of it again, and the ML program's requests are refused saying why (it exits non-zero)."""
+        ident = self.options.identity
+        if ident is None:
+            return
+        expires = load_certificate(ident.cert).not_valid_after_utc
+        await asyncio.sleep(max(expires.timestamp() - EXPIRY_LEAD - time.time(), 0.0))
+        message = (
+            f"the certificate of {ident.uid!r} ({ident.cert}) expires on {format_time(expires)}: the swarm "
+            "refuses a node whose certificate expired, so this node leaves it; renew the certificate "
+            "(swarm certs issue) to take part again"
+        )
+        log.error(message)
+        keeper.cancel()  # no registering again
+        if self.session is not None:
+            self.session.refuse(message)
+        await bus.leave()
+
+    async def _report_if_orphaned(self, ledger: LedgerClient, code: int) -> None:
+        """The SWOP that started this SL is gone (SIGKILL: the SL was re-parented and lives on, as the
+        reference's containers do): report this SL's end to the taskrunner itself, as the SWOP would."""
+        opts = self.options
+        if not opts.parent or not opts.taskrunner or os.getppid() == self._ppid:
+            return
+        status = "COMPLETED" if code == 0 else "FAILED"
+        what = "training finished" if code == 0 else f"exit code {code}"
+        body = {
+            "taskrunner": opts.taskrunner,
+            "peer": opts.uid,
+            "peer_type": "SL",
+            "status": status,
+            "description": f"{what} (reported by the SL: its SWOP {opts.parent} is gone)",
+            "exit_code": code,
+        }
+        try:
+            await ledger.submit("taskrunner.status", body)
+            log.warning("SWOP %s is gone: reported %s to taskrunner %s", opts.parent, status, opts.taskrunner)
+        except (Rejected, BusError) as exc:
+            log.warning("SWOP %s is gone and the SL could not report its end: %s", opts.parent, exc)
 
     def _dataplane_tls(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
         """Mutual TLS with the node certificate for the data plane (server, client), when there is one."""

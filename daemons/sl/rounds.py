@@ -208,6 +208,14 @@ class RoundEngine:
             return False
         return bool(open_round.get("final") or checked_in or status.get("active") == 0)
 
+    async def final_model(self) -> RoundResult | None:
+        """The contract's final model, when it completed (None while it trains). Raises BusError when
+        no node serves it any more."""
+        status = await self.ledger.query("contract.status", name=self.contract)
+        if status.get("status") == "COMPLETE" and status.get("final_digest"):
+            return await self._load_final(status)
+        return None
+
     async def _load_final(self, status: dict[str, Any]) -> RoundResult:
         digest = str(status["final_digest"])
         latest = status.get("latest_model") or {}

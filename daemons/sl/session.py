@@ -42,12 +42,15 @@ class SessionSettings:
     leader_timeout: float = 30.0
     trim_ratio: float = 0.1
     max_update_norm: float = 0.0
+    straggler_timeout: float = 600.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> SessionSettings:
         """``SL_MAKE_ME_ADMIN``, ``SL_WAIT_FOR_FULL_QUORUM_SECONDS``, ``SL_LEADER_FAILURE_BASE_TIMEOUT``,
         ``SL_MERGE_TRIM_RATIO`` and ``SL_MAX_UPDATE_NORM`` (0: no bound); the first node to join a contract
-        fixes the last two (with the merge method) for all of it."""
+        fixes the last two (with the merge method) for all of it. ``SL_STRAGGLER_TIMEOUT_SECONDS``: how long
+        the others, once finished, wait for a member that sends nothing (a hung ML program) before the
+        ledger skips it."""
         source = os.environ if env is None else env
         admin = source.get("SL_MAKE_ME_ADMIN", "true").strip().lower() not in ("false", "0", "no", "off")
         return cls(
@@ -56,6 +59,7 @@ class SessionSettings:
             leader_timeout=float(source.get("SL_LEADER_FAILURE_BASE_TIMEOUT", cls.leader_timeout)),
             trim_ratio=float(source.get("SL_MERGE_TRIM_RATIO", cls.trim_ratio)),
             max_update_norm=float(source.get("SL_MAX_UPDATE_NORM", cls.max_update_norm)),
+            straggler_timeout=float(source.get("SL_STRAGGLER_TIMEOUT_SECONDS", cls.straggler_timeout)),
         )
 
 
@@ -82,6 +86,8 @@ class MLSession:
         self.ended = False
         self.privacy: SitePrivacy | None = None  # differential privacy of this site's updates, when asked
         self._report: asyncio.Task[None] | None = None  # the progress of the last sync, being recorded
+        self.refusal: str | None = None  # set by refuse(): every request is answered with it
+        self._serving: set[asyncio.Task[Any]] = set()
 
     @property
     def contract(self) -> str:
@@ -91,7 +97,31 @@ class MLSession:
     def _note_rejoin(self) -> None:
         self.rejoined = True
 
+    def refuse(self, message: str) -> None:
+        """Answer every request of the ML program with the error ``message`` from now on, the ones in
+        flight too (this node can no longer take part: its certificate expires, say)."""
+        self.refusal = message
+        for task in self._serving:
+            task.cancel()
+
     async def handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
+        """Answer one request (or the refusal, once ``refuse`` was called)."""
+        if self.refusal is not None:
+            return _error(self.refusal)
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - called from a task
+        self._serving.add(task)
+        try:
+            return await self._answer(header, payload)
+        except asyncio.CancelledError:
+            if self.refusal is None or task.cancelling() > 1:  # not (only) refuse()'s cancel
+                raise
+            task.uncancel()
+            return _error(self.refusal)
+        finally:
+            self._serving.discard(task)
+
+    async def _answer(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
         """Answer one request; never raises for the ML's mistakes or the swarm's refusals.
 
         When the ledger forgot this node (a partition, an SN restart), the node joins again and the
@@ -111,7 +141,7 @@ class MLSession:
             except Rejected as exc:
                 lapsed = any(text in exc.reason for text in _LAPSED)
                 if self.attachment is None or not lapsed or rejoined:
-                    return self._refused(exc)
+                    return await self._completed_without_us(header, exc) or self._refused(exc)
                 rejoined = True
                 await self.attachment.reattach(exc.reason)
             except BusError as exc:
@@ -122,6 +152,36 @@ class MLSession:
                 log.warning("%s failed (%s); retrying from the swarm's latest model", op, exc)
                 self.rejoined = op == "sync"
                 await asyncio.sleep(patience.backoff(attempt))
+
+    async def _completed_without_us(self, header: dict[str, Any], exc: Rejected) -> Reply | None:
+        """The contract completed while this node was away (cut off, hung, paused): it ends with the
+        swarm's final model, or says that no node serves it any more (None: the contract is not
+        COMPLETE)."""
+        op = header.get("op")
+        if self.engine is None or op not in ("begin", "sync", "end", "progress"):
+            return None
+        try:
+            final = self.final or await self.engine.final_model()
+        except BusError as error:
+            log.error("the contract completed without this node and its final model is gone: %s", error)
+            return _error(f"{exc.reason}; no node serves its final model any more ({error})")
+        if final is None:
+            return None
+        self.final = final
+        if op == "progress":
+            return {"op": "ok"}, None
+        log.warning(
+            "%s was refused (%s): contract %s completed without this node; it ends with the swarm's final "
+            "model %s",
+            op,
+            exc.reason,
+            self.contract,
+            final.digest[:16],
+        )
+        self.ended = op == "end"
+        if self.privacy is not None:
+            self.privacy.loaded(final.flat)
+        return self._reply(final, training_over=True), final.flat
 
     @staticmethod
     def _refused(exc: Rejected) -> Reply:
@@ -179,6 +239,7 @@ class MLSession:
             "leader_timeout": self.settings.leader_timeout,
             "trim_ratio": self.settings.trim_ratio,
             "max_update_norm": self.settings.max_update_norm,
+            "straggler_timeout": self.settings.straggler_timeout,
             "secure_aggregation": secure,
         }
         body: dict[str, Any] = {"contract": self.contract, "params": join}
@@ -233,17 +294,19 @@ class MLSession:
             self.privacy.loaded(result.flat)
         if op != "sync":
             await self._reported()
-        reply = {
+        return self._reply(result, training_over=op == "end"), result.flat
+
+    def _reply(self, result: RoundResult, *, training_over: bool) -> dict[str, Any]:
+        return {
             "op": "ok",
             "digest": result.digest,
             "round": result.round,
             "merged": result.merged,
             "final": result.final,
-            "training_over": op == "end",
+            "training_over": training_over,
             "next_sync_interval": int(self.params.get("sync_frequency") or 1),
             "layout": [s.as_list() for s in result.flat.specs],
         }
-        return reply, result.flat
 
     async def _reported(self) -> None:
         """Wait for the progress report of the last sync; a failure to record it is only logged."""

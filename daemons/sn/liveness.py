@@ -4,6 +4,8 @@ all for a grace period after the SN (re)connects (the broker lost its retained m
 
 Presence carries the bus session; ``node.offline`` names it, and the ledger applies it only to the
 node's registered session, so a second session of one node ending never takes the live one offline.
+An ``offline`` will signed while its certificate was valid is believed after the certificate expired
+(``offline_will``): a node's will is signed when it connects and published when its connection ends.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Container
 
+from certs import Verifier
 from contracts.ledger import Accepted, Ledger
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
+from daemons.bus.endpoint import Message
+from daemons.bus.topics import namespace_of
 from daemons.sn.sealer import Outcome
-from wire import CodecError
+from wire import CodecError, Envelope, VerifierLike, decode_envelope, verify_envelope
 
-__all__ = ["Liveness"]
+__all__ = ["Liveness", "offline_will"]
 
 log = logging.getLogger("swarm.sn.liveness")
 
@@ -46,8 +52,12 @@ class Liveness:
                 try:
                     env = self._bus.open(message)
                 except CodecError as exc:
-                    log.warning("ignored a bad presence message: %s", exc)
-                    continue
+                    will = offline_will(message, self._bus.verifier, self._bus.refused)
+                    if will is None:
+                        log.warning("ignored a bad presence message: %s", exc)
+                        continue
+                    log.info("believed the offline will of %s, signed before: %s", will.sender, exc)
+                    env = will
                 if env.kind != "presence":
                     continue
                 session = str(env.body.get("session") or "")
@@ -80,3 +90,22 @@ class Liveness:
                 log.debug("node.offline %s not applied: %s", uid, result.reason)
             else:
                 log.info("node %s is offline: %s", uid, reason)
+
+
+def offline_will(message: Message, verifier: VerifierLike | None, refused: Container[str]) -> Envelope | None:
+    """``message`` as an ``offline`` presence whose signature checks out at the time it was signed,
+    though its certificate is no longer valid now (None: it is not one). Believed for this one claim,
+    which only takes that node's session offline."""
+    if not isinstance(verifier, Verifier):
+        return None
+    try:
+        env = decode_envelope(message.payload, what=f"message on {message.topic}")
+        if env.kind != "presence" or env.body.get("state") != "offline" or env.time > time.time():
+            return None
+        verify_envelope(env, Verifier(verifier.cas, clock=lambda: env.time))
+    except CodecError:
+        return None
+    owner = namespace_of(message.topic)
+    if env.identity in refused or (owner is not None and owner != (env.identity, env.sender)):
+        return None
+    return env

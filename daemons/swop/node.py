@@ -300,6 +300,7 @@ class SwopNode:
         python = await self._python_for(info)
         nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)[: assignment.count]
         bus = self.ledger.bus
+        earlier = await self._run_before()
         async with asyncio.TaskGroup() as group:
             for slot, node in enumerate(nodes):
                 spec = peer_spec(
@@ -319,7 +320,37 @@ class SwopNode:
                     continue
                 if self.statuses.get(spec.uid) == "COMPLETED":
                     continue
+                if spec.uid in earlier:
+                    log.info(
+                        "SL %s %s (this SWOP was restarted): not starting it again",
+                        spec.uid,
+                        earlier[spec.uid],
+                    )
+                    continue
                 group.create_task(self._run_peer(SLPeer(spec)), name=f"swop.sl.{spec.uid}")
+
+    async def _run_before(self) -> dict[str, str]:
+        """This SWOP's SLs of the assignment that the ledger has ``COMPLETED``, or running with their node
+        online: a restarted SWOP leaves them be (SLs outlive their SWOP and report their own end)."""
+        assert self.ledger is not None  # noqa: S101
+        try:
+            view = await self.ledger.query(
+                "taskrunner.peer_status", name=self.taskrunner, swop=self.ledger.bus.uid
+            )
+            found: dict[str, str] = {}
+            for peer in view.get("peers") or []:
+                if peer["type"] != "SL":
+                    continue
+                if peer["status"] == "COMPLETED":
+                    found[peer["uid"]] = "completed already"
+                elif peer["status"] in ("STARTING", "RUNNING"):
+                    node = await self.ledger.query("node", uid=peer["uid"])
+                    if node.get("online"):
+                        found[peer["uid"]] = "still runs"
+        except BusError as exc:
+            log.warning("cannot read which SLs of this SWOP ran before: %s", exc)
+            return {}
+        return found
 
     async def _run_peer(self, peer: SLPeer) -> None:
         uid = peer.spec.uid

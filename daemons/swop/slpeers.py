@@ -73,7 +73,8 @@ def peer_spec(
     argv = [
         sys.executable, "-m", "daemons.cli", "sl",
         "--name", uid, "--broker", str(broker), "--network", network, "--sn-uid", sn_uid,
-        "--parent", swop_uid, "--run-dir", str(run_dir), "--gpu-slot", str(slot),
+        "--parent", swop_uid, "--taskrunner", profile.taskrunner, "--run-dir", str(run_dir),
+        "--gpu-slot", str(slot),
         "--ml-entrypoint", body.entrypoint, "--ml-cmd", body.command, "--ml-w", body.working_dir,
         "--ml-python", python,
     ]  # fmt: skip
