@@ -123,6 +123,7 @@ class Bus:
         self.rpc = RpcClient(self)
         self.reconnects = 0
         self._reconnect_events: list[asyncio.Event] = []
+        self._next_reconnect = asyncio.Event()
         self._broker_index = 0
         self.refused: Container[str] = frozenset()
         """Identities (certificate CNs) whose messages this session drops: the revoked ones."""
@@ -304,6 +305,8 @@ class Bus:
             log.info("bus[%s] reconnected to %s", self.uid, self.broker)
             for event in self._reconnect_events:
                 event.set()
+            self._next_reconnect.set()
+            self._next_reconnect = asyncio.Event()
         self._ever_connected = True
         self._connected.set()
 
@@ -368,6 +371,15 @@ class Bus:
         if client is not None:
             payload = self._presence_payload(state)
             await client.publish(self.topics.presence(self.uid), payload, qos=1, retain=True)
+
+    async def wait_reconnect(self, timeout: float) -> bool:
+        """True once this session reconnects (the broker is back), False after ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._next_reconnect.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def notify_reconnects(self, event: asyncio.Event) -> None:
         """Set ``event`` after every reconnect (messages published meanwhile were not delivered)."""
