@@ -309,7 +309,10 @@ class LedgerClient:
             await self.bus.wait_reconnect(seconds)
 
     async def _choose_sn(self) -> None:
-        """After a failure: another online SN if there is one (failover), else the same one."""
+        """After a failure: another online SN if there is one (failover), else the same one (always
+        while the bus is down: then no SN is reachable, and a subscription would wait for the bus)."""
+        if not self.bus.connected:
+            return
         with contextlib.suppress(BusError):
             chosen = await find_sn(self.bus, timeout=2.0, avoid=self.sn)
             if chosen != self.sn:
