@@ -6,7 +6,9 @@ survivors to end (bounded), and reads the ledger's finished rounds. Columns: the
 failed with the survivors' message), whether the survivors hold one final digest, whether the SN (and
 its broker) is up and every survivor exited 0, and the seconds from the fault to the next merged round
 (the ledger time of the first ``round.merged`` after the fault, from the chain's history; the baseline is
-the median time between merged rounds before it). Everything a row starts is stopped by PID.
+the median time between merged rounds before it). Rows whose fault lasts (the SN down 60 s, a full
+disk) count from its end: the SN's return, space back. The disk rows mount a tmpfs of their own (root
+needed; skipped otherwise, saying why). Everything a row starts is stopped by PID.
 
 Run: ``.venv/bin/python bench/faults.py [--quick]``.
 """
@@ -339,6 +341,28 @@ def sn_disk_full(work: Path) -> Outcome:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+def sn_read_only(work: Path) -> Outcome:
+    """``swarm sn`` started on a read-only data directory (a tmpfs mounted read-only): one line, exit 1."""
+    disk = work / "ro"
+    disk.mkdir()
+    out = Outcome("the SN started on a read-only data directory")
+    mount = ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(disk)]
+    mounted = subprocess.run(mount, capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        out.outcome = f"skipped: cannot mount a tmpfs (root needed): {mounted.stderr.strip()}"
+        return out
+    try:
+        argv = [SWARM, "sn", "--sentinel", "--data-dir", str(disk / "sn")]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    lines = done.stderr.strip().splitlines()
+    out.outcome = f"exit {done.returncode}, {len(lines)} line(s) on stderr"
+    out.alive = "nothing started"
+    out.note = lines[-1][:200] if lines else ""
+    return out
+
+
 def _fill(path: Path) -> None:
     """Write ``path`` until its disk is full."""
     with path.open("ab") as out, contextlib.suppress(OSError):
@@ -405,6 +429,7 @@ ROWS: tuple[Callable[[Path], Outcome], ...] = (
     sn_restart,
     sn_down_60,
     sn_disk_full,
+    sn_read_only,
     broker_kill,
     nan_peer,
     min_peers_unreachable,
@@ -430,14 +455,14 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     """Table rows: seconds from the fault to the next merged round; target 10 s."""
     rows = []
     for r in measure(quick):
-        waits = r.fault.startswith("minPeers")
-        digest = "" if waits else f"; one final digest: {'yes' if r.one_digest else 'no'}"
+        no_end = r.fault.startswith("minPeers") or r.alive == "nothing started"  # no final model, no round
+        digest = "" if no_end else f"; one final digest: {'yes' if r.one_digest else 'no'}"
         note = "; ".join(x for x in (f"{r.outcome}{digest}", r.alive, r.note) if x)
         rows.append(
             make_row(
                 r.fault, round(r.recovery_s, 2), "s to next merged round",
                 "median time between merged rounds before the fault", round(r.interval_s, 2),
-                target="" if waits else "value <= 10", note=note,
+                target="" if no_end else "value <= 10", note=note,
             )
         )  # fmt: skip
     return rows
