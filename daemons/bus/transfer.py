@@ -265,11 +265,15 @@ async def while_online(bus: Bus, uid: str, work: Awaitable[T], what: str) -> T:
 
 
 async def _offline(bus: Bus, presence: Subscription) -> None:
-    """Returns once a presence message on ``presence`` says ``offline``."""
+    """Returns once the presence on ``presence`` says ``offline`` (under every identity it was seen
+    with: an old certificate's retained ``offline`` says nothing about the live session)."""
+    states: dict[str, object] = {}
     async for message in presence:
         try:
             env = bus.open(message)
         except CodecError:
             continue
-        if env.kind == "presence" and env.body.get("state") == "offline":
-            return
+        if env.kind == "presence":
+            states[env.identity] = env.body.get("state")
+            if all(state == "offline" for state in states.values()):
+                return
