@@ -413,6 +413,7 @@ class Bus:
             client = await self._wait_connected(max(remaining, 0.01))
             try:
                 await client.publish(topic, payload, qos=qos, retain=retain)
+                raise_if_cancelling()  # aiomqtt's wait_for may have swallowed our cancellation
                 return
             except aiomqtt.MqttError as exc:
                 if asyncio.get_running_loop().time() >= deadline:
@@ -477,6 +478,7 @@ class Bus:
             if client is not None:
                 with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
                     await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
+                raise_if_cancelling()
             yield sub
         finally:
             self._subs.remove(sub)

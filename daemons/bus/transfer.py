@@ -252,14 +252,14 @@ async def while_online(bus: Bus, uid: str, work: Awaitable[T], what: str) -> T:
         task = asyncio.ensure_future(work)
         gone = asyncio.ensure_future(_offline(bus, presence))
         try:
-            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for pending in (gone, task):
                 if not pending.done():
                     pending.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
                         await pending
-        if not task.done() or task.cancelled():
+        if task not in done:
             raise TransferError(f"{what} failed: {uid!r} went offline")
         return task.result()
 
