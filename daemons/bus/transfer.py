@@ -197,7 +197,7 @@ async def fetch_state(
                 f"{what} failed: {f'chunks {missing[:10]} missing' if missing else 'no manifest'}"
             )
 
-        await while_online(bus, holder, receive(), what)
+        await _while_online(bus, holder, receive(), what)
     try:
         flat = await asyncio.to_thread(reassembler.finish)
     except CodecError as exc:
@@ -245,7 +245,7 @@ def _take(bus: Bus, message: Message, reassembler: Reassembler) -> None:
         log.warning("transfer %s: dropped a bad message: %s", reassembler.transfer, exc)
 
 
-async def while_online(bus: Bus, uid: str, work: Awaitable[T], what: str) -> T:
+async def _while_online(bus: Bus, uid: str, work: Awaitable[T], what: str) -> T:
     """``work``, cut short with a TransferError when ``uid``'s presence says ``offline`` (the broker
     publishes a dead node's will at once; without this the work waits out its timeouts)."""
     async with bus.subscribe(bus.topics.presence(uid), maxsize=100) as presence:
