@@ -6,7 +6,9 @@ survivors to end (bounded), and reads the ledger's finished rounds. Columns: the
 failed with the survivors' message), whether the survivors hold one final digest, whether the SN (and
 its broker) is up and every survivor exited 0, and the seconds from the fault to the next merged round
 (the ledger time of the first ``round.merged`` after the fault, from the chain's history; the baseline is
-the median time between merged rounds before it). Everything a row starts is stopped by PID.
+the median time between merged rounds before it). Rows whose fault lasts (the SN down 60 s, a full
+disk) count from its end: the SN's return, space back. The disk rows mount a tmpfs of their own (root
+needed; skipped otherwise, saying why). Everything a row starts is stopped by PID.
 
 Run: ``.venv/bin/python bench/faults.py [--quick]``.
 """
@@ -21,6 +23,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, make_row, print_rows
 from bench.processes import Processes, descendants
 from bench.swarm_setup import CONTRACT, SWARM, ledger_session, start_sn
+from contracts import Ledger
 
 __all__ = ["Outcome", "run"]
 
@@ -43,6 +47,8 @@ TRAINING = {"EPOCHS": 3, "BATCHES": 8, "SYNC_FREQ": 4, "SLEEP_PER_BATCH": 0.1, "
 FAULT_AFTER_ROUND = 2  # the fault comes once this many rounds have merged
 END_TIMEOUT = 150.0  # seconds the survivors get to finish after the fault
 SN_DOWN_S = 5.0
+SN_LONG_DOWN_S = 60.0
+DISK_FULL_S = 5.0  # seconds the SN's disk stays full
 BIG_HIDDEN = 200_000  # 8.8 MB of weights: pulls long enough for a kill to land between merge and pull
 
 
@@ -93,8 +99,9 @@ def _start_swarm(
     env: Mapping[str, object] | None = None,
     per_node: Mapping[str, Mapping[str, object]] | None = None,
     sl_env: Mapping[str, str] | None = None,
+    data: Path | None = None,
 ) -> Swarm:
-    data = work / "sn"
+    data = data or work / "sn"
     port = start_sn(procs, data)
     swarm = Swarm(procs, port, data, work, [f"sl-{i}" for i in range(1, peers + 1)])
     for i, uid in enumerate(swarm.names, 1):
@@ -272,19 +279,96 @@ def leader_after_merged_broker(work: Path) -> Outcome:
     return leader_after_merged(work, dataplane=False)
 
 
-def sn_restart(work: Path) -> Outcome:
-    """SIGKILL of the SN (and its broker), restarted on the same data and port after ``SN_DOWN_S``."""
+def sn_restart(work: Path, down: float = SN_DOWN_S) -> Outcome:
+    """SIGKILL of the SN (and its broker), restarted on the same data and port after ``down`` seconds."""
     with Processes(work / "logs") as procs:
         swarm = _start_swarm(procs, work)
         asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
         fault_at = time.time()
         _kill(swarm, "sn")
         procs.started.pop("sn")
-        time.sleep(SN_DOWN_S)
+        time.sleep(down)
         procs.start("sn", swarm.sn_argv())
         procs.wait_for_line("sn", "Starting SWARM-API-SERVER", 60)
-        out = Outcome(f"SIGKILL of the SN (and its broker), restarted after {SN_DOWN_S:g} s")
-        return _finish(swarm, out, list(swarm.names), fault_at)
+        back_at = time.time()
+        out = _finish(swarm, Outcome(f"SIGKILL of the SN (and its broker), restarted after {down:g} s"),
+                      list(swarm.names), fault_at)  # fmt: skip
+        after = [t for t in out.merged if t > back_at]
+        since_back = after[0] - back_at if after else float("nan")
+        if down > 10:  # the target: training resumes within 10 s of the SN's return
+            out.recovery_s = since_back
+            out.note = f"from the SN's return (it serves again) to the next merged round; {down:g} s down"
+        else:
+            out.note = f"{since_back:.2f} s from the SN's return"
+        return out
+
+
+def sn_down_60(work: Path) -> Outcome:
+    """The SN (and its broker) gone for 60 s: the nodes wait (``SWARM_SN_DEADLINE``, 300 s) and go on."""
+    return sn_restart(work, down=SN_LONG_DOWN_S)
+
+
+def sn_disk_full(work: Path) -> Outcome:
+    """The disk under the SN's data directory (a tmpfs of its own) full for ``DISK_FULL_S`` seconds."""
+    disk = work / "disk"
+    disk.mkdir()
+    title = f"the SN's disk full for {DISK_FULL_S:g} s"
+    mount = ["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)]
+    mounted = subprocess.run(mount, capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        return Outcome(
+            title, outcome=f"skipped: cannot mount a tmpfs (root needed): {mounted.stderr.strip()}"
+        )
+    try:
+        with Processes(work / "logs") as procs:
+            swarm = _start_swarm(procs, work, data=disk / "sn")
+            asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
+            _fill(disk / "filler")
+            time.sleep(DISK_FULL_S)
+            (disk / "filler").unlink()
+            back_at = time.time()
+            out = _finish(swarm, Outcome(title), list(swarm.names), back_at)
+            refused = "cannot store blocks now" in procs.output("sn")
+        ledger = Ledger.open(disk / "sn" / "ledger.db", verifier=None)  # stopped: verify what it stored
+        blocks = ledger.height + 1
+        ledger.close()
+        meanwhile = "refused writes meanwhile" if refused else "was never short of space"
+        out.note = (
+            f"from space back to the next merged round; the SN {meanwhile}; ledger reopened: {blocks} blocks"
+        )
+        return out
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def sn_read_only(work: Path) -> Outcome:
+    """``swarm sn`` started on a read-only data directory (a tmpfs mounted read-only): one line, exit 1."""
+    disk = work / "ro"
+    disk.mkdir()
+    out = Outcome("the SN started on a read-only data directory")
+    mount = ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(disk)]
+    mounted = subprocess.run(mount, capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        out.outcome = f"skipped: cannot mount a tmpfs (root needed): {mounted.stderr.strip()}"
+        return out
+    try:
+        argv = [SWARM, "sn", "--sentinel", "--data-dir", str(disk / "sn")]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    lines = done.stderr.strip().splitlines()
+    out.outcome = f"exit {done.returncode}, {len(lines)} line(s) on stderr"
+    out.alive = "nothing started"
+    out.note = lines[-1][:200] if lines else ""
+    return out
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until its disk is full."""
+    with path.open("ab") as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65536)
+            out.flush()
 
 
 def broker_kill(work: Path) -> Outcome:
@@ -343,6 +427,9 @@ ROWS: tuple[Callable[[Path], Outcome], ...] = (
     leader_after_merged,
     leader_after_merged_broker,
     sn_restart,
+    sn_down_60,
+    sn_disk_full,
+    sn_read_only,
     broker_kill,
     nan_peer,
     min_peers_unreachable,
@@ -368,14 +455,14 @@ def run(quick: bool = False, only: tuple[Callable[[Path], Outcome], ...] = ()) -
     """Table rows (of ``only``, when given): seconds from the fault to the next merged round; target 10 s."""
     rows = []
     for r in measure(quick, only):
-        waits = r.fault.startswith("minPeers")
-        digest = "" if waits else f"; one final digest: {'yes' if r.one_digest else 'no'}"
+        no_end = r.fault.startswith("minPeers") or r.alive == "nothing started"  # no final model, no round
+        digest = "" if no_end else f"; one final digest: {'yes' if r.one_digest else 'no'}"
         note = "; ".join(x for x in (f"{r.outcome}{digest}", r.alive, r.note) if x)
         rows.append(
             make_row(
                 r.fault, round(r.recovery_s, 2), "s to next merged round",
                 "median time between merged rounds before the fault", round(r.interval_s, 2),
-                target="" if waits else "value <= 10", note=note,
+                target="" if no_end else "value <= 10", note=note,
             )
         )  # fmt: skip
     return rows

@@ -5,8 +5,9 @@ Used by the SL, the SWOP and swci alike. Events are ``nodes/<sn>/ev/<entity>/<ke
 
 An SN or broker outage is not an error here: a request that gets no answer is retried with backoff, on
 another online SN when there is one, until the client's ``Patience`` runs out (``SWARM_SN_DEADLINE``
-seconds, 300 by default); each retry logs one line. A transaction resent after a lost answer that the
-ledger already holds counts as accepted.
+seconds, 300 by default); each retry logs one line. A reconnect of the bus (the SN's broker is back)
+ends the wait before a retry at once. A transaction resent after a lost answer that the ledger already
+holds counts as accepted.
 """
 
 from __future__ import annotations
@@ -271,6 +272,7 @@ class LedgerClient:
         attempt = 0
         while True:
             raise_if_cancelling()  # a cancellation swallowed below (aiomqtt's wait_for) still ends us
+            reconnects = self.bus.reconnects
             wait = min(timeout or self.timeout, patience.attempt, max(deadline - loop.time(), 0.1))
             try:
                 return await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
@@ -294,14 +296,23 @@ class LedgerClient:
                 failure,
                 deadline - now,
             )
-            await asyncio.sleep(min(patience.backoff(attempt), max(deadline - loop.time(), 0.0)))
+            await self._pause(min(patience.backoff(attempt), max(deadline - loop.time(), 0.0)), reconnects)
             if on_retry is not None:
                 on_retry()
             await self._choose_sn()
             raise_if_cancelling()
 
+    async def _pause(self, seconds: float, reconnects: int) -> None:
+        """Back off before a retry: ``seconds``, or until the bus reconnects (it may have already, since
+        it had ``reconnects``): the SN's broker is back, and the SN with it, most likely."""
+        if self.bus.reconnects == reconnects:
+            await self.bus.wait_reconnect(seconds)
+
     async def _choose_sn(self) -> None:
-        """After a failure: another online SN if there is one (failover), else the same one."""
+        """After a failure: another online SN if there is one (failover), else the same one (always
+        while the bus is down: then no SN is reachable, and a subscription would wait for the bus)."""
+        if not self.bus.connected:
+            return
         with contextlib.suppress(BusError):
             chosen = await find_sn(self.bus, timeout=2.0, avoid=self.sn)
             if chosen != self.sn:

@@ -155,6 +155,16 @@ async def test_presence_is_retained_and_the_will_says_offline(
         proc.wait()
 
 
+async def test_a_fetch_from_a_holder_that_goes_offline_ends_at_once(make_bus: MakeBus) -> None:
+    async with make_bus("sl-2") as fetcher:
+        async with make_bus("sl-1", presence={"role": "sl"}):  # holds nothing, never answers
+            fetching = asyncio.ensure_future(fetch_state(fetcher, "sl-1", b"\1" * 32, idle_timeout=60))
+            await asyncio.sleep(0.3)
+        # its offline presence ends the fetch (not the request's 10 s timeout, nor the idle timeout)
+        with pytest.raises(TransferError, match="'sl-1' went offline"):
+            await asyncio.wait_for(fetching, 30)
+
+
 async def test_reconnect_after_the_broker_is_restarted(fresh_mosquitto: ManagedBroker, network: str) -> None:
     make_bus = bus_factory(fresh_mosquitto.address, network)
     async with make_bus("sn-1", "sn") as server, make_bus("swci-1", "swci") as client:

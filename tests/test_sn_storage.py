@@ -20,6 +20,7 @@ from contracts.blockstore import BlockStore
 from daemons.bus import Bus, BusConfig, RemoteError
 from daemons.ledger_client import LedgerClient
 from tests.conftest import start_sn
+from tests.swarm_helpers import RunningSL, start_sl, wait_for
 
 
 class SmallDisk:
@@ -132,3 +133,33 @@ def test_the_sn_refuses_writes_while_its_disk_is_full_and_takes_them_again_after
     ledger = Ledger.open(small_disk.path / "sn" / "ledger.db", verifier=None)
     assert "after-full" in ledger.state.contracts
     assert "while-full" not in ledger.state.contracts
+
+
+def test_training_waits_through_a_full_disk_and_goes_on_when_space_is_back(
+    small_disk: SmallDisk, tmp_path: Path
+) -> None:
+    """Check-ins and progress reports refused for a full disk are retried (nothing ends training);
+    both nodes finish with one model once there is space again, and the SN never dies."""
+    sn = start_sn(small_disk.path / "sn")
+    sls: list[RunningSL] = []
+    try:
+        training = {"EPOCHS": 3, "BATCHES": 8, "SYNC_FREQ": 4, "MIN_PEERS": 2, "SLEEP_PER_BATCH": 0.2}
+        linger = ["--linger", "2"]  # (after the final round; 10 s by default in these tests)
+        sls = [start_sl(sn, f"sl-{i}", tmp_path, sl_args=linger, SEED=i, **training) for i in (1, 2)]
+        wait_for(lambda: "checked in" in sls[0].output(), 90, "a first check-in")
+        small_disk.fill()
+        full = "the SN cannot store blocks now"
+        wait_for(lambda: any(full in sl.output() for sl in sls), 60, "a write refused for the full disk")
+        small_disk.empty()
+        codes = [sl.wait(120) for sl in sls]
+        assert sn.process.poll() is None, "the SN died of a full disk"
+    finally:
+        for sl in sls:
+            sl.kill()
+        sn.stop()
+    assert codes == [0, 0], [sl.output()[-3000:] for sl in sls]
+    digests = {sl.final_digest() for sl in sls}
+    assert len(digests) == 1 and None not in digests, digests
+    assert "database or disk is full" in sls[0].output() + sls[1].output()
+    assert "blocks are stored again" in sn.log()
+    assert "Traceback" not in sn.log()

@@ -106,5 +106,5 @@ class BusConfig:
     publish_timeout: float = 30.0
     max_queued_messages: int = 10_000
     backoff_base: float = 0.2
-    backoff_cap: float = 5.0
+    backoff_cap: float = 2.0  # reconnects: a broker that is back is found within ~2 s
     subscribe_qos: int = field(default_factory=subscribe_qos_from_env)

@@ -128,6 +128,7 @@ class RpcClient:
         topic = self._bus.topics.request(self._bus.uid, target)
         interval = _FIRST_RESEND
         while True:
+            raise_if_cancelling()  # a cancellation swallowed in aiomqtt must not keep us waiting
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise RequestTimeout(target, method, corr, timeout)

@@ -124,6 +124,7 @@ class Bus:
         self.rpc = RpcClient(self)
         self.reconnects = 0
         self._reconnect_events: list[asyncio.Event] = []
+        self._next_reconnect = asyncio.Event()
         self._broker_index = 0
         self.refused: Container[str] = frozenset()
         """Identities (certificate CNs) whose messages this session drops: the revoked ones."""
@@ -305,6 +306,8 @@ class Bus:
             log.info("bus[%s] reconnected to %s", self.uid, self.broker)
             for event in self._reconnect_events:
                 event.set()
+            self._next_reconnect.set()
+            self._next_reconnect = asyncio.Event()
         self._ever_connected = True
         self._connected.set()
 
@@ -377,6 +380,15 @@ class Bus:
             payload = self._presence_payload(state)
             await client.publish(self.topics.presence(self.uid), payload, qos=1, retain=True)
 
+    async def wait_reconnect(self, timeout: float) -> bool:
+        """True once this session reconnects (the broker is back), False after ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._next_reconnect.wait()
+        except TimeoutError:
+            return False
+        return True
+
     def notify_reconnects(self, event: asyncio.Event) -> None:
         """Set ``event`` after every reconnect (messages published meanwhile were not delivered)."""
         self._reconnect_events.append(event)
@@ -409,6 +421,7 @@ class Bus:
             client = await self._wait_connected(max(remaining, 0.01))
             try:
                 await client.publish(topic, payload, qos=qos, retain=retain)
+                raise_if_cancelling()  # aiomqtt's wait_for may have swallowed our cancellation
                 return
             except aiomqtt.MqttError as exc:
                 if asyncio.get_running_loop().time() >= deadline:
@@ -473,6 +486,7 @@ class Bus:
             if client is not None:
                 with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
                     await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
+                raise_if_cancelling()
             yield sub
         finally:
             self._subs.remove(sub)

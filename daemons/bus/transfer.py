@@ -3,16 +3,20 @@
 The receiver subscribes to ``nodes/<holder>/blob/<transfer>/+`` first, then sends ``req:fetch``
 ``{digest, transfer, chunks?}``; the holder answers at once with the sizes and publishes in the
 background. Missing chunks are asked for again by index; the result is checked against the digest.
+A holder whose presence says ``offline`` (its will: it died) fails the fetch at once, not after the
+idle timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +37,7 @@ from wire.tensors import (
 __all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "digest_hex", "fetch_state", "publish_state"]
 
 log = logging.getLogger("swarm.transfer")
+T = TypeVar("T")
 FETCH_METHOD = "fetch"
 _WINDOW = 8  # chunks in flight per transfer
 
@@ -177,17 +182,22 @@ async def fetch_state(
     """
     transfer = f"t{uuid.uuid4().hex[:20]}"
     reassembler = Reassembler(transfer, max_total=max_total, spare=spare)
+    what = f"fetch of model {digest_hex(digest)} from {holder!r}"
     async with bus.subscribe(bus.topics.blob(holder, transfer), maxsize=100_000) as sub:
-        wanted: list[int] | None = None
-        for _ in range(attempts):
-            await _ask(bus, holder, digest, transfer, wanted)
-            if await _receive(bus, sub, reassembler, idle_timeout):
-                break
-            wanted = reassembler.missing() or None
-        else:
+
+        async def receive() -> None:
+            wanted: list[int] | None = None
+            for _ in range(attempts):
+                await _ask(bus, holder, digest, transfer, wanted)
+                if await _receive(bus, sub, reassembler, idle_timeout):
+                    return
+                wanted = reassembler.missing() or None
             missing = reassembler.missing()
-            why = f"chunks {missing[:10]} missing" if missing else "no manifest"
-            raise TransferError(f"fetch of model {digest_hex(digest)} from {holder!r} failed: {why}")
+            raise TransferError(
+                f"{what} failed: {f'chunks {missing[:10]} missing' if missing else 'no manifest'}"
+            )
+
+        await _while_online(bus, holder, receive(), what)
     try:
         flat = await asyncio.to_thread(reassembler.finish)
     except CodecError as exc:
@@ -233,3 +243,37 @@ def _take(bus: Bus, message: Message, reassembler: Reassembler) -> None:
             reassembler.set_manifest(manifest_from_body(env.body, what=f"manifest from {env.sender}"))
     except CodecError as exc:
         log.warning("transfer %s: dropped a bad message: %s", reassembler.transfer, exc)
+
+
+async def _while_online(bus: Bus, uid: str, work: Awaitable[T], what: str) -> T:
+    """``work``, cut short with a TransferError when ``uid``'s presence says ``offline`` (the broker
+    publishes a dead node's will at once; without this the work waits out its timeouts)."""
+    async with bus.subscribe(bus.topics.presence(uid), maxsize=100) as presence:
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(_offline(bus, presence))
+        try:
+            done, _ = await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pending in (gone, task):
+                if not pending.done():
+                    pending.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await pending
+        if task not in done:
+            raise TransferError(f"{what} failed: {uid!r} went offline")
+        return task.result()
+
+
+async def _offline(bus: Bus, presence: Subscription) -> None:
+    """Returns once the presence on ``presence`` says ``offline`` (under every identity it was seen
+    with: an old certificate's retained ``offline`` says nothing about the live session)."""
+    states: dict[str, object] = {}
+    async for message in presence:
+        try:
+            env = bus.open(message)
+        except CodecError:
+            continue
+        if env.kind == "presence":
+            states[env.identity] = env.body.get("state")
+            if all(state == "offline" for state in states.values()):
+                return
