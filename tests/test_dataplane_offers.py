@@ -140,3 +140,19 @@ def test_the_next_leader_is_predicted_from_the_last_rounds_participants() -> Non
     replaced = leader_order("c1", 7, members)[1]
     assert _engine((7, members, replaced))._predicted_leader() is None  # admins lead, or it was replaced
     assert _engine(None)._predicted_leader() is None
+
+
+def test_a_merged_model_taken_early_is_checked_against_the_ledgers_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = _engine(None)
+    engine._unconfirmed = {5: "aa" * 32, 6: "bb" * 32}
+    merged = {"round": 5, "status": "MERGED", "digest": "aa" * 32}
+    other = {"round": 6, "status": "MERGED", "digest": "cc" * 32}
+    with caplog.at_level("WARNING", logger="swarm.sl.rounds"):
+        engine._confirm({"open": None, "closed": [], "finished": [merged]})
+        assert engine._unconfirmed == {6: "bb" * 32} and not caplog.records  # the same digest: confirmed
+        engine._confirm({"open": None, "closed": [], "finished": [other]})
+    assert engine._unconfirmed == {}
+    assert "round 6: we went on with the merged model bbbbbbbbbbbbbbbb its leader sent" in caplog.text
+    assert "the ledger records model cccccccccccccccc" in caplog.text
