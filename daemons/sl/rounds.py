@@ -61,18 +61,16 @@ class _CannotMerge(Exception):
 
 @contextlib.asynccontextmanager
 async def _background(work: Callable[[], Coroutine[Any, Any, None]] | None) -> AsyncIterator[None]:
-    """Run ``work()`` alongside the block; at its end wait for it (it ends by itself, or is cancelled
-    when the block fails)."""
+    """Run ``work()`` alongside the block, which it must not outlive: cancelled if it still runs when the
+    block ends, then awaited."""
     if work is None:
         yield
         return
     task = asyncio.get_running_loop().create_task(work())
     try:
         yield
-    except BaseException:
-        task.cancel()
-        raise
     finally:
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
@@ -703,6 +701,8 @@ class RoundEngine:
             await self.dataplane.offer(endpoint, flat, manifest, idle_timeout=self.fetch_timeout)
         except TransferError as exc:
             log.info("could not push our model to %s (it pulls it if it leads): %s", leader, exc)
+        except Exception:  # a push only saves the leader a pull: it never fails the round
+            log.exception("pushing our model to %s failed", leader)
 
     # ------------------------------------------------------------- prefetch
     async def _start_prefetch(self, leader: str, number: int) -> None:
