@@ -3,15 +3,17 @@
 An SN (with mosquitto) and 4 standalone SLs, each running the stand-in ML program (``standin_ml.py``: a
 numpy model, no training time, each node changing its model its own way), sync ``ROUNDS`` times. A
 round's latency is the time between the moments the last node got the merged model of round k-1 and of
-round k (the median over rounds 2..R): check-ins and close on the ledger, the leader pulling 3 models
-over the SLs' data plane, the mean merge, 3 peers pulling the result, and the ML<->SL socket hops. The
-floor measured in the same run: the 6 model copies any round must move (3 to the leader, 3 back) over
-raw loopback TCP.
+round k (the median over rounds 2..R): check-ins and close on the ledger (one durable block), 3 models
+pushed to the predicted leader over the SLs' data plane meanwhile, the mean merge, the result sent to
+the 3 peers (the leader's ``round.merged`` is sealed meanwhile, except in the final round), and the
+ML<->SL socket hops. The floor measured in the same run: the 6 model copies any round must move (3 to
+the leader, 3 back) over raw loopback TCP.
 
 The note says where the time went: the median of every step the SLs log per round
-(``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull, merge, hash_merged,
-merged_tx, merged_wait, load), the CPU seconds by process kind, and how many ledger blocks (durable
-writes) a round took.
+(``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull (taking the pushed rows, or
+pulling), merge, hash_merged, merged_wait (a participant: from the close to the merged model in hand),
+load; merged_tx only where a round waits for it, the final one), the CPU seconds by process kind, and
+how many ledger blocks (durable writes) a round took.
 
 Run: ``.venv/bin/python bench/rounds.py``.
 """

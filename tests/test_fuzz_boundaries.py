@@ -43,7 +43,13 @@ from contracts.machine import apply, genesis_transactions
 from contracts.state import EMPTY_STATE, State
 from contracts.tx import KINDS, Rejection, Tx, tx_from_envelope
 from contracts.views import QUERIES, QueryError, query
-from daemons.sl.dataplane import decode_reply, decode_request, encode_request, encode_result_request
+from daemons.sl.dataplane import (
+    decode_reply,
+    decode_request,
+    encode_offer,
+    encode_request,
+    encode_result_request,
+)
 from swci.commands import Command
 from swci.completion import suggest
 from swci.errors import ScriptError, SwciSyntaxError
@@ -311,7 +317,11 @@ def test_frames_decode_or_raise_codec_errors(data: bytes) -> None:
 
 # ------------------------------------------------------------------------------- the data plane
 
-DP_REQUESTS = [encode_request(bytes(range(32)), "sl-2"), encode_result_request("c1", 7, "sl-2")]
+DP_REQUESTS = [
+    encode_request(bytes(range(32)), "sl-2"),
+    encode_result_request("c1", 7, "sl-2"),
+    encode_offer(manifest_from_body(MANIFEST), "sl-2"),
+]
 DP_REPLY = encode_frame_head({"op": "state", "manifest": MANIFEST}, MANIFEST["total"])
 
 
@@ -321,9 +331,11 @@ DP_REPLY = encode_frame_head({"op": "state", "manifest": MANIFEST}, MANIFEST["to
 def test_data_plane_requests_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
         length = header_length(data[:4].ljust(4, b"\0"))
-        request = decode_request(data[4 : 4 + length])
+        request = decode_request(data[4 : 4 + length], max_offer=1 << 20)
         assert request.sender
-        assert (request.digest is None) != (request.contract is None and request.round is None)
+        asked = [request.digest is not None, request.round is not None, request.offer is not None]
+        assert sum(asked) == 1 and (request.round is None) == (request.contract is None)
+        assert request.offer is None or request.offer.total <= 1 << 20
 
 
 @FUZZ

@@ -11,6 +11,11 @@ Frames (both ways): ``u32 length | msgpack header | raw payload`` as on the loca
 ``{op: "result", contract: str, round: int, sender: str}`` (the model the server merges for that round,
 sent once it has it: participants pull it while the leader records its digest); no payload. Reply
 ``{op: "state", manifest: <manifest body>}`` + ``total`` bytes, or ``{op: "error", message}``.
+A participant also pushes the model it checks in to the round's predicted leader while the check-in is
+sealed: ``{op: "offer", sender: str, manifest: <manifest body>}`` + ``total`` bytes, answered
+``{op: "taken"}`` or an error. The server checks every chunk and keeps the newest offer of each sender
+(``Offers``) for the leader to take by digest: only the digest the ledger recorded for a check-in selects
+a row, so an offer can stand in for nothing but the bytes it hashes to.
 A connection carries one request at a time and is kept for the next.
 """
 
@@ -23,6 +28,7 @@ import logging
 import os
 import socket
 import ssl
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -38,8 +44,10 @@ __all__ = [
     "DataPlaneServer",
     "DataRequest",
     "Endpoint",
+    "Offers",
     "decode_reply",
     "decode_request",
+    "encode_offer",
     "encode_request",
     "parse_address",
 ]
@@ -89,6 +97,7 @@ class DataRequest:
     digest: bytes | None = None
     contract: str | None = None
     round: int | None = None
+    offer: Manifest | None = None  # a pushed model: its manifest, ``offer.total`` payload bytes follow
 
 
 def encode_request(digest: bytes, sender: str) -> bytes:
@@ -101,14 +110,25 @@ def encode_result_request(contract: str, number: int, sender: str) -> bytes:
     return encode_frame_head({"op": "result", "contract": contract, "round": number, "sender": sender})
 
 
-def decode_request(data: bytes) -> DataRequest:
+def encode_offer(manifest: Manifest, sender: str) -> bytes:
+    """The head of an offer: ``manifest.total`` bytes of the model follow it."""
+    return encode_frame_head(
+        {"op": "offer", "manifest": manifest.body(), "sender": sender}, nbytes=manifest.total
+    )
+
+
+def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequest:
     """A request header, checked; CodecError naming what is wrong."""
     header = decode_header(data)
     op, sender = header["op"], header.get("sender")
-    if op not in ("get", "result") or payload_size(header) != 0:
-        raise CodecError(f"data plane request: op {op!r} (with no payload) must be 'get' or 'result'")
     if not isinstance(sender, str) or not 0 < len(sender) <= _MAX_UID:
         raise CodecError(f"data plane request: 'sender' must be a uid of 1..{_MAX_UID} characters")
+    if op == "offer":
+        return DataRequest(sender, offer=_offered(header, max_offer))
+    if op not in ("get", "result") or payload_size(header) != 0:
+        raise CodecError(
+            f"data plane request: op {op!r} must be 'get' or 'result' (with no payload) or 'offer'"
+        )
     if op == "get":
         digest = header.get("digest")
         if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
@@ -120,6 +140,20 @@ def decode_request(data: bytes) -> DataRequest:
     if not isinstance(number, int) or isinstance(number, bool) or not 0 < number <= _MAX_ROUND:
         raise CodecError(f"data plane request: 'round' must be a round number from 1 to {_MAX_ROUND}")
     return DataRequest(sender, contract=contract, round=number)
+
+
+def _offered(header: dict[str, object], max_total: int) -> Manifest:
+    body = header.get("manifest")
+    if not isinstance(body, dict):
+        raise CodecError("data plane offer: 'manifest' must be a map")
+    manifest = manifest_from_body(body, what="data plane offer")
+    if manifest.total > max_total:
+        raise CodecError(f"data plane offer: {manifest.total} bytes is over {max_total}")
+    if payload_size(header) != manifest.total:
+        raise CodecError(
+            f"data plane offer: payload {payload_size(header)} != manifest total {manifest.total}"
+        )
+    return manifest
 
 
 def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
@@ -147,6 +181,55 @@ async def _read_header(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(header_length(prefix))
 
 
+# ------------------------------------------------------------------------------------------- offers
+class Offers:
+    """Models peers pushed to this node ahead of a round (``op: "offer"``), by digest: the newest of
+    each sender, for at most ``capacity`` senders. The leader takes a participant's row from here when
+    its digest is the one the ledger recorded for that check-in."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._newest: OrderedDict[str, bytes] = OrderedDict()  # sender -> digest of its newest offer
+        self._models: dict[bytes, FlatState] = {}
+        self._arriving: dict[bytes, asyncio.Future[FlatState | None]] = {}
+
+    def arriving(self, sender: str, digest: bytes) -> None:
+        """``sender`` started to push the model ``digest`` (it replaces that sender's previous offer)."""
+        self._drop(sender)
+        self._newest[sender] = digest
+        while len(self._newest) > self.capacity:
+            self._drop(next(iter(self._newest)))
+        pending = self._arriving.get(digest)
+        if pending is None or pending.done():
+            self._arriving[digest] = asyncio.get_running_loop().create_future()
+
+    def arrived(self, digest: bytes, flat: FlatState | None) -> None:
+        """The push of ``digest`` ended: the checked model, or None when it broke off or was corrupt."""
+        pending = self._arriving.pop(digest, None)
+        if flat is not None and digest in self._newest.values():
+            self._models[digest] = flat
+        if pending is not None and not pending.done():
+            pending.set_result(flat if digest in self._models else None)
+
+    async def take(self, digest: bytes, timeout: float) -> FlatState | None:
+        """The offered model ``digest``: at once when it is here, after up to ``timeout`` seconds when it
+        is arriving, else None."""
+        flat = self._models.get(digest)
+        pending = self._arriving.get(digest)
+        if flat is not None or pending is None:
+            return flat
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(pending)
+        except TimeoutError:
+            return None
+
+    def _drop(self, sender: str) -> None:
+        old = self._newest.pop(sender, None)
+        if old is not None and old not in self._newest.values():
+            self._models.pop(old, None)
+
+
 # ------------------------------------------------------------------------------------------- server
 class DataPlaneServer:
     """Serves the models of a ``StateHolder`` to peers (an async context manager)."""
@@ -159,9 +242,11 @@ class DataPlaneServer:
         port: int = 0,
         tls: ssl.SSLContext | None = None,
         check: FetchCheck | None = None,
+        offers: Offers | None = None,
     ) -> None:
         self.holder = holder
         self.check = check
+        self.offers = offers
         self.host = host
         self.port = port
         self.tls = tls
@@ -197,7 +282,7 @@ class DataPlaneServer:
             while True:
                 async with asyncio.timeout(_REQUEST_TIMEOUT):
                     data = await _read_header(reader)
-                await self._answer(data, writer)
+                await self._answer(data, reader, writer)
         except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, ssl.SSLError):
             pass  # the peer closed, went quiet or broke the connection: nothing to answer
         except asyncio.CancelledError:
@@ -214,12 +299,17 @@ class DataPlaneServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _answer(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, data: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = decode_request(data)
+            if request.offer is not None and self.offers is None:
+                raise CodecError("this node takes no offers")
         except CodecError as exc:
             await _refuse(writer, str(exc))
             raise
+        if request.offer is not None:
+            await self._take_offer(request.sender, request.offer, reader, writer)
+            return
         digest = request.digest
         if digest is None and request.contract is not None and request.round is not None:
             digest = await self.holder.result(request.contract, request.round, RESULT_WAIT)
@@ -243,6 +333,22 @@ class DataPlaneServer:
             writer.write(view[start : start + _SEND_SLICE])
             await writer.drain()
         self.holder.served.setdefault(digest, set()).add(request.sender)
+
+    async def _take_offer(
+        self, sender: str, manifest: Manifest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Receive a pushed model, checking every chunk, and keep it in ``offers``."""
+        assert self.offers is not None  # noqa: S101 - checked by _answer
+        self.offers.arriving(sender, manifest.digest)
+        flat = None
+        try:
+            buffer = np.empty(manifest.total, dtype=np.uint8)
+            await _receive_verified(reader, buffer, manifest, _REQUEST_TIMEOUT)
+            flat = FlatState(manifest.tensors, buffer)
+        finally:
+            self.offers.arrived(manifest.digest, flat)
+        writer.write(encode_frame_head({"op": "taken"}))
+        await writer.drain()
 
 
 def _peer_identity(writer: asyncio.StreamWriter) -> str | None:
@@ -300,6 +406,32 @@ class DataPlaneClient:
         request = encode_request(digest, self.uid)
         return await self._fetch(endpoint, request, digest, idle_timeout, idle_timeout, max_total, spare)
 
+    async def offer(
+        self, endpoint: Endpoint, flat: FlatState, manifest: Manifest, *, idle_timeout: float = 10.0
+    ) -> None:
+        """Push the model ``manifest`` describes to ``endpoint`` (a predicted leader); TransferError when
+        it was not taken."""
+        self._check_tls(endpoint)
+        conn = await self._connection(endpoint)
+        async with conn.lock:
+            try:
+                await _send_offer(conn, flat, manifest, self.uid, idle_timeout)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
+                self._drop(endpoint, conn)
+                why = exc if str(exc) else type(exc).__name__
+                raise TransferError(
+                    f"offering model {digest_hex(manifest.digest)} to {endpoint}: {why}"
+                ) from None
+            except BaseException:
+                self._drop(endpoint, conn)
+                raise
+
+    def _check_tls(self, endpoint: Endpoint) -> None:
+        if endpoint.tls and self.tls is None:
+            raise TransferError(f"{endpoint} needs TLS and this node has no certificate")
+        if self.tls is not None and not endpoint.tls:
+            raise TransferError(f"{endpoint} does not speak TLS; models travel only over TLS here")
+
     async def fetch_result(
         self, endpoint: Endpoint, contract: str, number: int, *, idle_timeout: float = 10.0
     ) -> tuple[FlatState, Manifest]:
@@ -319,10 +451,7 @@ class DataPlaneClient:
         spare: np.ndarray | None,
     ) -> tuple[FlatState, Manifest]:
         what = f"model {digest_hex(digest)}" if digest is not None else "the merged model"
-        if endpoint.tls and self.tls is None:
-            raise TransferError(f"{endpoint} needs TLS and this node has no certificate")
-        if self.tls is not None and not endpoint.tls:
-            raise TransferError(f"{endpoint} does not speak TLS; models travel only over TLS here")
+        self._check_tls(endpoint)
         conn = await self._connection(endpoint)
         async with conn.lock:
             try:
@@ -387,6 +516,24 @@ class DataPlaneClient:
         return FlatState(manifest.tensors, buffer), manifest
 
 
+async def _send_offer(
+    conn: _Connection, flat: FlatState, manifest: Manifest, sender: str, idle: float
+) -> None:
+    """Send an offer (head and model) and read its answer, with no pause longer than ``idle`` s."""
+    conn.writer.write(encode_offer(manifest, sender))
+    view = flat.buffer.data.cast("B")
+    for start in range(0, manifest.total, _SEND_SLICE):
+        conn.writer.write(view[start : start + _SEND_SLICE])
+        async with asyncio.timeout(idle):
+            await conn.writer.drain()
+    async with asyncio.timeout(idle):
+        header = decode_header(await _read_header(conn.reader))
+    if header["op"] == "error":
+        raise CodecError(f"the peer refused: {str(header.get('message'))[:500]}")
+    if header["op"] != "taken":
+        raise CodecError(f"data plane answer to an offer: op {header['op']!r}; expected 'taken'")
+
+
 async def _receive_verified(
     reader: asyncio.StreamReader, buffer: np.ndarray, manifest: Manifest, idle: float
 ) -> None:
@@ -445,6 +592,7 @@ async def serving(
     *,
     tls: ssl.SSLContext | None = None,
     check: FetchCheck | None = None,
+    offers: Offers | None = None,
 ) -> AsyncIterator[Endpoint | None]:
     """Run a data plane server for ``holder`` on this host; None when ``SWARM_DATAPLANE=off`` or when it
     cannot listen (then, with a line saying why, every model goes through the broker)."""
@@ -461,7 +609,7 @@ async def serving(
         else:
             try:
                 server = await stack.enter_async_context(
-                    DataPlaneServer(holder, bind, port=int(port_text), tls=tls, check=check)
+                    DataPlaneServer(holder, bind, port=int(port_text), tls=tls, check=check, offers=offers)
                 )
             except OSError as exc:
                 log.error("the data plane cannot listen on %s:%s (%s); models go through the broker",

@@ -31,7 +31,7 @@ from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
-from daemons.sl.dataplane import DataPlaneClient, serving
+from daemons.sl.dataplane import DataPlaneClient, Offers, serving
 from daemons.sl.local_server import LocalServer
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
@@ -76,6 +76,7 @@ class SLNode:
         self.holder: StateHolder | None = None
         self.secure: SecureRounds | None = None
         self.dataplane: DataPlaneClient | None = None
+        self.offers = Offers()  # models peers push to our data plane for the rounds we lead
         self._address = ""
         self._stop = asyncio.Event()
         self._attached_event = asyncio.Event()  # the session answers the ML program from now on
@@ -139,7 +140,7 @@ class SLNode:
             self.holder = StateHolder(bus)
             server_tls, client_tls = self._dataplane_tls()
             async with serving(
-                self.holder, bus.broker.host, tls=server_tls, check=self._may_serve
+                self.holder, bus.broker.host, tls=server_tls, check=self._may_serve, offers=self.offers
             ) as endpoint:
                 self._address = "" if endpoint is None else str(endpoint)
                 self.dataplane = DataPlaneClient(bus.uid, tls=client_tls)
@@ -246,6 +247,7 @@ class SLNode:
                 max_update_norm=max_update_norm,
                 secure=self.secure if secure else None,
                 dataplane=self.dataplane,
+                offers=self.offers,
             )
 
         return make

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from contracts.rounds import leader_order
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
-from daemons.sl.dataplane import DataPlaneClient, Endpoint, parse_address
+from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
 from daemons.sl.roundtimes import RoundTimer
 from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
@@ -33,6 +35,7 @@ __all__ = ["RoundEngine", "RoundResult"]
 
 log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
+_UNCONFIRMED_KEPT = 8  # early-taken merged models whose record is awaited, at most
 _DATAPLANE_RETRY = 60.0  # seconds a peer whose data plane failed is pulled from through the broker
 
 
@@ -54,6 +57,22 @@ class _CannotMerge(Exception):
         super().__init__(reason)
         self.reason = reason
         self.excluded = list(excluded)
+
+
+@contextlib.asynccontextmanager
+async def _background(work: Callable[[], Coroutine[Any, Any, None]] | None) -> AsyncIterator[None]:
+    """Run ``work()`` alongside the block, which it must not outlive: cancelled if it still runs when the
+    block ends, then awaited."""
+    if work is None:
+        yield
+        return
+    task = asyncio.get_running_loop().create_task(work())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
@@ -123,6 +142,7 @@ class RoundEngine:
         fetch_timeout: float = 10.0,
         secure: SecureRounds | None = None,
         dataplane: DataPlaneClient | None = None,
+        offers: Offers | None = None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
@@ -134,6 +154,7 @@ class RoundEngine:
         self.fetch_timeout = fetch_timeout
         self.secure = secure  # secure aggregation: own models are offered masked, never served
         self.dataplane = dataplane
+        self.offers = offers  # rows peers pushed to this node's data plane, for the rounds it leads
         self._endpoints: dict[str, Endpoint | None] = {}
         self._retry_at: dict[str, float] = {}
         self.latest: RoundResult | None = None
@@ -141,7 +162,10 @@ class RoundEngine:
         self.rounds_led = 0
         self.rounds_done = 0
         self._timer = RoundTimer()
-        self._merged_round: int | None = None  # the round this node's merge was recorded for, last
+        self._last_close: tuple[int, tuple[str, ...], str] | None = None  # round, participants, leader
+        self._led_round: int | None = None  # the round this node last led (at most once each)
+        self._recording: asyncio.Task[None] | None = None  # our last merge's round.merged, being sealed
+        self._unconfirmed: dict[int, str] = {}  # round -> the merged digest taken before the ledger's
         self._prefetch: tuple[str, asyncio.Task[tuple[FlatState, Manifest] | None]] | None = None
 
     @property
@@ -152,6 +176,7 @@ class RoundEngine:
     # ------------------------------------------------------------ entry points
     async def begin(self, flat: FlatState, *, samples: int, weight: float) -> RoundResult:
         """The first sync: load the latest merged model, or take part in the init round."""
+        await self._settle()
         while True:
             model = await self.ledger.query("contract.model", name=self.contract)
             latest = model.get("latest") if isinstance(model, dict) else None
@@ -173,6 +198,7 @@ class RoundEngine:
 
     async def finish(self, flat: FlatState, *, mode: str, samples: int, weight: float) -> RoundResult:
         """Training is over here: keep contributing ``mode``'s model until the final round merges."""
+        await self._settle()
         await self.ledger.submit("contract.done", {"contract": self.contract, "mode": mode})
         own = self.latest.flat if mode == "active" and self.latest is not None else flat
         weight = 0.0 if mode == "inactive" else weight
@@ -241,7 +267,10 @@ class RoundEngine:
             "weight": weight,
             "init": init,
         }
-        async with self.ledger.watch("round", self.contract) as watch:
+        offering = (
+            None if public or self.secure is not None else functools.partial(self._offer, flat, manifest)
+        )
+        async with self.ledger.watch("round", self.contract) as watch, _background(offering):
             receipt = await self.ledger.submit("round.checkin", body)
             if "round" not in receipt:  # a resent check-in the ledger holds, in a round it no longer lists
                 raise BusError("the ledger holds this node's check-in but no longer lists its round")
@@ -257,16 +286,20 @@ class RoundEngine:
             view: dict[str, Any] = {}
             if receipt.get("duplicate"):
                 view = await self.ledger.query("contract.rounds", name=self.contract)
-            leading: asyncio.Task[None] | None = None
+            await self._settle()  # the last round's round.merged, sealed meanwhile (often in this block)
+            leading: asyncio.Task[RoundResult | None] | None = None
             try:
                 while True:
+                    self._confirm(view)
                     rnd = _find(view, number)
                     result, leading = await self._step(rnd, number, flat, digest, keep_own, leading)
+                    if result is None:
+                        result = self._early(rnd, leading, keep_own)
                     if result is not None:
                         self.rounds_done += 1
                         timer.report(number)
                         return result
-                    view = await self._next_view(watch, number)
+                    view = await self._next_view(watch, number, self._racing(rnd, leading, keep_own)) or view
             finally:
                 await self._stop_prefetch()
                 if leading is not None and not leading.done():
@@ -274,7 +307,24 @@ class RoundEngine:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await leading
 
-    async def _next_view(self, watch: Watch, number: int) -> dict[str, Any]:
+    async def _next_view(
+        self, watch: Watch, number: int, early: asyncio.Task[Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The next rounds view, or None when ``early`` (our own merge, or the leader's merged model
+        pulled early) ends first."""
+        if early is None or early.done():
+            return await self._next_event(watch, number)
+        viewing = asyncio.ensure_future(self._next_event(watch, number))
+        try:
+            await asyncio.wait((viewing, early), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not viewing.done():
+                viewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await viewing
+        return viewing.result() if not viewing.cancelled() else None
+
+    async def _next_event(self, watch: Watch, number: int) -> dict[str, Any]:
         """The next rounds view: from an event, or read again after a quiet spell (an event can be
         lost while the bus reconnects, since sessions are clean); a spell in a round short of its
         quorum logs whom it waits for."""
@@ -294,8 +344,8 @@ class RoundEngine:
         own: FlatState,
         digest: str,
         keep_own: bool,
-        leading: asyncio.Task[None] | None,
-    ) -> tuple[RoundResult | None, asyncio.Task[None] | None]:
+        leading: asyncio.Task[RoundResult | None] | None,
+    ) -> tuple[RoundResult | None, asyncio.Task[RoundResult | None] | None]:
         """React to the latest view of our round; a result ends the round for us."""
         if rnd is None:
             return None, leading
@@ -308,7 +358,9 @@ class RoundEngine:
                 return RoundResult(own, digest, number, merged=False), leading
             idle = leading is None or leading.done()
             leader = str(rnd.get("leader") or "")
-            if leader == self.uid and idle and self._merged_round != number:
+            if self._last_close is None or self._last_close[0] < number:
+                self._last_close = (number, tuple(rnd.get("participants") or ()), leader)
+            if leader == self.uid and idle and self._led_round != number:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
             elif leader and leader != self.uid and not keep_own:
                 await self._start_prefetch(leader, number)
@@ -327,6 +379,71 @@ class RoundEngine:
             result = await self._load_merged(rnd, number, own, digest, final=final)
         self._timer.mark("load")
         return result, leading
+
+    def _racing(
+        self, rnd: dict[str, Any] | None, leading: asyncio.Task[RoundResult | None] | None, keep_own: bool
+    ) -> asyncio.Task[Any] | None:
+        """What may end a closed round for us before the ledger records its merge: our own merge as its
+        leader, or the leader's merged model pulled early; None when only the ledger can."""
+        if not self._may_go_early(rnd, keep_own):
+            return None
+        if leading is not None:
+            return leading
+        return self._prefetch[1] if self._prefetch is not None else None
+
+    def _early(
+        self, rnd: dict[str, Any] | None, leading: asyncio.Task[RoundResult | None] | None, keep_own: bool
+    ) -> RoundResult | None:
+        """The merged model of a closed round that is not final, as soon as we have it: merged here, or
+        pushed by the leader the ledger named (checked against the ledger's digest later, ``_confirm``)."""
+        if rnd is None or not self._may_go_early(rnd, keep_own):
+            return None
+        if leading is not None:
+            return leading.result() if leading.done() and not leading.cancelled() else None
+        pending = self._prefetch
+        if pending is None or pending[0] != rnd.get("leader") or not pending[1].done():
+            return None
+        got = None if pending[1].cancelled() else pending[1].result()
+        if got is None:
+            return None  # kept, done: we wait for the ledger's record and pull then
+        self._prefetch = None
+        flat, manifest = got
+        self.holder.keep(flat, manifest)
+        self.checked_in.pop(manifest.digest, None)
+        number = int(rnd["round"])
+        result = self.latest = RoundResult(flat, manifest.digest.hex(), number)
+        self._unconfirmed[number] = result.digest
+        self._timer.mark("merged_wait")
+        return result
+
+    def _may_go_early(self, rnd: dict[str, Any] | None, keep_own: bool) -> bool:
+        return rnd is not None and rnd.get("status") == "CLOSED" and not rnd.get("final") and not keep_own
+
+    def _confirm(self, view: dict[str, Any]) -> None:
+        """Check the merged models taken before the ledger recorded them against what it recorded: a
+        mismatch (the leader died after sending it, and another merged the round) is logged; the next
+        round's merge starts every node from one model again."""
+        for number, digest in list(self._unconfirmed.items()):
+            rnd = _find(view, number) or {}
+            status = rnd.get("status")
+            if status == "MERGED" and rnd.get("digest") == digest:
+                del self._unconfirmed[number]
+            elif status in ("MERGED", "ABANDONED"):
+                del self._unconfirmed[number]
+                recorded = (
+                    f"records model {str(rnd.get('digest'))[:16]}"
+                    if status == "MERGED"
+                    else (f"abandoned it ({rnd.get('reason')})")
+                )
+                log.warning(
+                    "round %d: we went on with the merged model %s its leader sent; the ledger %s; "
+                    "the next round's merge heals it",
+                    number,
+                    digest[:16],
+                    recorded,
+                )
+        for number in sorted(self._unconfirmed)[:-_UNCONFIRMED_KEPT]:
+            del self._unconfirmed[number]  # long finished; the ledger's record of it is not in our views
 
     async def _load_merged(
         self, rnd: dict[str, Any], number: int, own: FlatState, digest: str, *, final: bool
@@ -395,9 +512,12 @@ class RoundEngine:
         return refusal
 
     # -------------------------------------------------------------- leading
-    async def _lead_safely(self, number: int, own: FlatState) -> None:
+    async def _lead_safely(self, number: int, own: FlatState) -> RoundResult | None:
+        """Lead round ``number``; the merged model when this node may go on with it before the ledger
+        records it (a round that is not final), else None."""
+        self._led_round = number
         try:
-            await self._lead(number, own)
+            return await self._lead(number, own)
         except asyncio.CancelledError:
             raise
         except Rejected as exc:
@@ -406,14 +526,15 @@ class RoundEngine:
             log.exception("round %s: leading failed", number)
             with contextlib.suppress(Exception):  # at once, not at the deadline; else the deadline does
                 await self._fail(number, _CannotMerge(f"{type(exc).__name__}: {exc}", []))
+        return None
 
-    async def _lead(self, number: int, own: FlatState) -> None:
+    async def _lead(self, number: int, own: FlatState) -> RoundResult | None:
         timer = self._timer
         view = await self.ledger.query("contract.rounds", name=self.contract)
         rnd = _find(view, number)
         timer.mark("lead_query")
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
-            return  # replaced meanwhile
+            return None  # replaced meanwhile
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
         participants = [uid for uid in rnd.get("participants") or [] if uid in checkins]
         log.info("leading round %d of %s with %d participants", number, self.contract, len(participants))
@@ -437,26 +558,50 @@ class RoundEngine:
                 merged, contributors, excluded = await self._merge_round(participants, checkins, own, need)
             except _CannotMerge as exc:
                 await self._fail(number, exc)
-                return
+                return None
         timer.mark("merge")
         manifest = await self.holder.add(merged)
         self.checked_in.pop(manifest.digest, None)  # what we merged is public, even if it equals a row
         self.holder.announce(self.contract, number, manifest.digest)  # participants pull it meanwhile
         timer.mark("hash_merged")
-        await self.ledger.submit(
-            "round.merged",
-            {
-                "contract": self.contract,
-                "round": number,
-                "digest": manifest.digest.hex(),
-                "contributors": contributors,
-                "excluded": [e.wire() for e in excluded],
-            },
-        )
-        timer.mark("merged_tx")
-        self._merged_round = number
+        body = {
+            "contract": self.contract,
+            "round": number,
+            "digest": manifest.digest.hex(),
+            "contributors": contributors,
+            "excluded": [e.wire() for e in excluded],
+        }
         self.rounds_led += 1
-        log.info("round %d merged from %d models: %s", number, len(contributors), manifest.digest.hex()[:16])
+        if rnd.get("final"):  # one final digest on every node: the final round waits for the ledger
+            await self._record(body)
+            timer.mark("merged_tx")
+            return None
+        # The round's model is ours: go on with it while the ledger seals round.merged (awaited when
+        # the next round has checked in, see _settle).
+        self._recording = asyncio.get_running_loop().create_task(self._record(body))
+        result = RoundResult(merged, manifest.digest.hex(), number)
+        self.latest = result
+        return result
+
+    async def _record(self, body: dict[str, Any]) -> None:
+        """Submit ``round.merged``; a refusal or an outage is logged (the ledger's leader deadline then
+        hands the round to the next leader, whose merge the next round starts from)."""
+        number = body["round"]
+        try:
+            await self.ledger.submit("round.merged", body)
+        except Rejected as exc:
+            log.warning("round %s: the ledger refused our merge: %s", number, exc.reason)
+            return
+        except BusError as exc:
+            log.warning("round %s: our merge was not recorded: %s", number, exc)
+            return
+        log.info("round %d merged from %d models: %s", number, len(body["contributors"]), body["digest"][:16])
+
+    async def _settle(self) -> None:
+        """Wait until the ``round.merged`` of our last merge is sealed (or refused)."""
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            await recording
 
     async def _fail(self, number: int, failure: _CannotMerge) -> None:
         """Abandon round ``number`` at once, saying why, rather than let it wait out the deadline."""
@@ -520,6 +665,8 @@ class RoundEngine:
             row[:] = own.buffer
             return None
         held = self.holder.get(bytes.fromhex(digest))
+        if held is None and self.offers is not None:  # pushed to us while its check-in was sealed
+            held = await self.offers.take(bytes.fromhex(digest), self.fetch_timeout)
         if held is not None and held.specs == own.specs:  # a model we hold already (same digest)
             row[:] = held.buffer
             return None
@@ -536,6 +683,34 @@ class RoundEngine:
         if flat.buffer is not row:
             row[:] = flat.buffer
         return None
+
+    # ------------------------------------------------------------- pushing
+    def _predicted_leader(self) -> str | None:
+        """The leader of the next round if the participants of the last one check in again (the usual
+        case); None when the last round's leader was not the first of its participants' order (admins
+        lead, or it was replaced): then nothing is pushed."""
+        if self._last_close is None:
+            return None
+        number, participants, leader = self._last_close
+        if not participants or leader_order(self.contract, number, participants)[0] != leader:
+            return None
+        return leader_order(self.contract, number + 1, participants)[0]
+
+    async def _offer(self, flat: FlatState, manifest: Manifest) -> None:
+        """Push the model we check in to the predicted leader, so that it has our row when the round
+        closes; a wrong guess or a failure costs only the push (the leader pulls as before)."""
+        leader = self._predicted_leader()
+        if leader is None or leader == self.uid or self.dataplane is None:
+            return
+        endpoint = await self._endpoint(leader)
+        if endpoint is None:
+            return
+        try:
+            await self.dataplane.offer(endpoint, flat, manifest, idle_timeout=self.fetch_timeout)
+        except TransferError as exc:
+            log.info("could not push our model to %s (it pulls it if it leads): %s", leader, exc)
+        except Exception:  # a push only saves the leader a pull: it never fails the round
+            log.exception("pushing our model to %s failed", leader)
 
     # ------------------------------------------------------------- prefetch
     async def _start_prefetch(self, leader: str, number: int) -> None:
