@@ -44,14 +44,15 @@ def test_a_node_whose_certificate_expires_leaves_saying_so_and_the_others_finish
         return ["--cert", str(pki / f"{cn}-cert.pem"), "--key", str(pki / f"{cn}-key.pem"), *capath]
 
     sn = start_sn(tmp_path / "sn", extra=files("sn-1"))
-    valid_from = dt.datetime.now(dt.UTC) - dt.timedelta(days=1) + dt.timedelta(seconds=12)
-    issue_identity(pki / "ca", "sl-2", "sl", pki, valid_from=valid_from, days=1)  # 12 s left
+    # 20 s left: sl-2 has joined by then, even under load, and is mid-training (9 epochs of 8 x 0.25 s)
+    valid_from = dt.datetime.now(dt.UTC) - dt.timedelta(days=1) + dt.timedelta(seconds=20)
+    issue_identity(pki / "ca", "sl-2", "sl", pki, valid_from=valid_from, days=1)
     quick = {"SL_WAIT_FOR_FULL_QUORUM_SECONDS": "1"}
 
     def start(i: int) -> RunningSL:
         args = files(f"sl-{i}")
         return start_sl(
-            sn, f"sl-{i}", tmp_path, quick, sl_args=args, SEED=i, MIN_PEERS=1, EPOCHS=6, SLEEP_PER_BATCH=0.25
+            sn, f"sl-{i}", tmp_path, quick, sl_args=args, SEED=i, MIN_PEERS=1, EPOCHS=9, SLEEP_PER_BATCH=0.25
         )
 
     nodes = [start(1), start(2)]
@@ -63,7 +64,7 @@ def test_a_node_whose_certificate_expires_leaves_saying_so_and_the_others_finish
             -3000:
         ]
         swci = Identity.load(pki / "swci-1-cert.pem", pki / "swci-1-key.pem", pki / "ca" / "capath")
-        assert asyncio.run(_member_status(sn, "sl-2", swci)) == "left"
+        assert asyncio.run(_member_status(sn, "sl-2", swci)) == "left", nodes[1].output()[-3000:]
     finally:
         for node in nodes:
             node.kill()
