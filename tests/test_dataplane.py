@@ -13,7 +13,14 @@ import pytest
 
 from certs import client_context, init_swarm, server_context
 from daemons.bus.transfer import StateHolder, TransferError
-from daemons.sl.dataplane import DataPlaneClient, DataPlaneServer, Endpoint, parse_address, serving
+from daemons.sl.dataplane import (
+    DataPlaneClient,
+    DataPlaneServer,
+    Endpoint,
+    Served,
+    parse_address,
+    serving,
+)
 from wire.frames import encode_frame_head
 from wire.tensors import FlatState, Manifest, make_manifest
 
@@ -171,6 +178,28 @@ async def test_a_merged_model_is_sent_as_soon_as_the_leader_announces_it() -> No
             holder.announce("c1", 3, manifest.digest)
             got, got_manifest = await early
             assert got_manifest.digest == manifest.digest and got.total == manifest.total
+        finally:
+            await client.close()
+
+
+async def test_a_leader_can_wait_until_a_participant_took_its_merged_model() -> None:
+    # The final round's leader records its merge only once another participant holds it (issue 11).
+    holder, served = _holder(), Served()
+    flat = _model()
+    async with DataPlaneServer(holder, "127.0.0.1", served=served) as server:
+        client = DataPlaneClient("sl-2")
+        try:
+            early = asyncio.create_task(client.fetch_result(server.endpoint("127.0.0.1"), "c1", 4))
+            manifest = _held(holder, flat)
+            assert not await served.wait(manifest.digest, {"sl-2", "sl-3"}, 0.05)  # not announced yet
+            waiting = asyncio.create_task(served.wait(manifest.digest, {"sl-2", "sl-3"}, 30))
+            holder.announce("c1", 4, manifest.digest)
+            assert await waiting
+            got, _ = await early
+            assert np.array_equal(got.buffer, flat.buffer)
+            assert served.takers(manifest.digest) == {"sl-2"}
+            assert not await served.wait(manifest.digest, {"sl-3"}, 0.05)  # only who took it counts
+            assert await served.wait(manifest.digest, {"sl-2"}, 0)  # already taken: at once
         finally:
             await client.close()
 

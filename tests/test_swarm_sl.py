@@ -161,8 +161,9 @@ def test_a_node_sending_nan_is_left_out_and_the_swarm_finishes(sn: RunningSN, tm
     assert excluded["sl-1"] == status["excluded_rows"] and excluded["sl-2"] == 0
 
 
-async def _first_merged(sn: RunningSN, timeout: float = 60) -> dict[str, object]:
-    """The first merged round that is not the initial one, as soon as the ledger records it."""
+async def _first_merged(sn: RunningSN, timeout: float = 60, *, final: bool = False) -> dict[str, object]:
+    """The first merged round that is not the initial one (``final``: the final one), as soon as the
+    ledger records it."""
     async with Bus(BusConfig(sn.address, "swci-merged", "swci")) as bus:
         ledger = await LedgerClient.connect(bus, timeout=10)
         async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
@@ -170,7 +171,11 @@ async def _first_merged(sn: RunningSN, timeout: float = 60) -> dict[str, object]
             deadline = loop.time() + timeout
             while True:
                 view = await ledger.query("contract.rounds", name="defaultbb.cqdb.sml.hpe")
-                merged = [r for r in view["finished"] if r["status"] == "MERGED" and not r["init"]]
+                merged = [
+                    r
+                    for r in view["finished"]
+                    if r["status"] == "MERGED" and not r["init"] and (r["final"] or not final)
+                ]
                 if merged:
                     return merged[0]
                 await watch.next(timeout=max(deadline - loop.time(), 0.1))
@@ -194,3 +199,24 @@ def test_a_leader_killed_right_after_round_merged_leaves_the_others_training(
     survivors = [n for uid, n in nodes.items() if uid != leader]
     assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
     assert survivors[0].final_digest() == survivors[1].final_digest() is not None
+
+
+def test_a_leader_killed_right_after_the_final_round_merged_leaves_the_model_with_a_participant(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    # The final round's leader records round.merged only once another participant took the merged model
+    # over the data plane; killed right after (it kills itself), that participant serves it (issue 11).
+    die = {"SWARM_DEBUG_KILL_AFTER_MERGED": "final"}
+    nodes = {
+        f"sl-{i}": start_sl(sn, f"sl-{i}", tmp_path, sl_env=die, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12)
+        for i in range(1, 4)
+    }
+    final = asyncio.run(_first_merged(sn, 90, final=True))
+    leader = str(final["leader"])
+    survivors = [n for uid, n in nodes.items() if uid != leader]
+    try:
+        assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
+        assert survivors[0].final_digest() == survivors[1].final_digest() is not None
+        assert "dying right after recording the final merge" in nodes[leader].output()
+    finally:
+        nodes[leader].kill()

@@ -17,6 +17,9 @@ sealed: ``{op: "offer", sender: str, manifest: <manifest body>}`` + ``total`` by
 (``Offers``) for the leader to take by digest: only the digest the ledger recorded for a check-in selects
 a row, so an offer can stand in for nothing but the bytes it hashes to.
 A connection carries one request at a time and is kept for the next.
+The server counts which peers took each model (``Served``: a serve counts once its last byte is sent),
+so that the leader of a final round can wait until another node holds the merged model before it
+records it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "DataRequest",
     "Endpoint",
     "Offers",
+    "Served",
     "decode_reply",
     "decode_request",
     "encode_offer",
@@ -230,6 +234,46 @@ class Offers:
             self._models.pop(old, None)
 
 
+# ------------------------------------------------------------------------------------------- served
+class Served:
+    """Which peers took each model from this data plane (a serve counts once its last byte is sent),
+    for the newest ``capacity`` models; ``wait`` until one of some peers took one."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._takers: OrderedDict[bytes, set[str]] = OrderedDict()
+        self._waiters: list[tuple[bytes, frozenset[str], asyncio.Future[None]]] = []
+
+    def add(self, digest: bytes, peer: str) -> None:
+        """``peer`` took the model ``digest``."""
+        self._takers.setdefault(digest, set()).add(peer)
+        self._takers.move_to_end(digest)
+        while len(self._takers) > self.capacity:
+            self._takers.popitem(last=False)
+        for wanted, peers, future in self._waiters:
+            if wanted == digest and peer in peers and not future.done():
+                future.set_result(None)
+
+    def takers(self, digest: bytes) -> set[str]:
+        """The peers that took the model ``digest``."""
+        return set(self._takers.get(digest, ()))
+
+    async def wait(self, digest: bytes, peers: set[str], timeout: float) -> bool:
+        """Whether one of ``peers`` took the model ``digest`` (already, or within ``timeout`` seconds)."""
+        if self.takers(digest) & peers:
+            return True
+        entry = (digest, frozenset(peers), asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout):
+                await entry[2]
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.remove(entry)
+
+
 # ------------------------------------------------------------------------------------------- server
 class DataPlaneServer:
     """Serves the models of a ``StateHolder`` to peers (an async context manager)."""
@@ -243,10 +287,12 @@ class DataPlaneServer:
         tls: ssl.SSLContext | None = None,
         check: FetchCheck | None = None,
         offers: Offers | None = None,
+        served: Served | None = None,
     ) -> None:
         self.holder = holder
         self.check = check
         self.offers = offers
+        self.served = served
         self.host = host
         self.port = port
         self.tls = tls
@@ -333,6 +379,8 @@ class DataPlaneServer:
             writer.write(view[start : start + _SEND_SLICE])
             await writer.drain()
         self.holder.served.setdefault(digest, set()).add(request.sender)
+        if self.served is not None:
+            self.served.add(digest, request.sender)
 
     async def _take_offer(
         self, sender: str, manifest: Manifest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -593,6 +641,7 @@ async def serving(
     tls: ssl.SSLContext | None = None,
     check: FetchCheck | None = None,
     offers: Offers | None = None,
+    served: Served | None = None,
 ) -> AsyncIterator[Endpoint | None]:
     """Run a data plane server for ``holder`` on this host; None when ``SWARM_DATAPLANE=off`` or when it
     cannot listen (then, with a line saying why, every model goes through the broker)."""
@@ -609,7 +658,9 @@ async def serving(
         else:
             try:
                 server = await stack.enter_async_context(
-                    DataPlaneServer(holder, bind, port=int(port_text), tls=tls, check=check, offers=offers)
+                    DataPlaneServer(
+                        holder, bind, port=int(port_text), tls=tls, check=check, offers=offers, served=served
+                    )
                 )
             except OSError as exc:
                 log.error("the data plane cannot listen on %s:%s (%s); models go through the broker",

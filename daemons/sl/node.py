@@ -31,7 +31,7 @@ from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.revocations import follow_revocations
-from daemons.sl.dataplane import DataPlaneClient, Offers, serving
+from daemons.sl.dataplane import DataPlaneClient, Offers, Served, serving
 from daemons.sl.local_server import LocalServer
 from daemons.sl.merge import MergeOptions
 from daemons.sl.mlprocess import MLProcess, MLSpec
@@ -77,6 +77,7 @@ class SLNode:
         self.secure: SecureRounds | None = None
         self.dataplane: DataPlaneClient | None = None
         self.offers = Offers()  # models peers push to our data plane for the rounds we lead
+        self.served = Served()  # who took which model from our data plane
         self._address = ""
         self._stop = asyncio.Event()
         self._attached_event = asyncio.Event()  # the session answers the ML program from now on
@@ -140,7 +141,12 @@ class SLNode:
             self.holder = StateHolder(bus)
             server_tls, client_tls = self._dataplane_tls()
             async with serving(
-                self.holder, bus.broker.host, tls=server_tls, check=self._may_serve, offers=self.offers
+                self.holder,
+                bus.broker.host,
+                tls=server_tls,
+                check=self._may_serve,
+                offers=self.offers,
+                served=self.served,
             ) as endpoint:
                 self._address = "" if endpoint is None else str(endpoint)
                 self.dataplane = DataPlaneClient(bus.uid, tls=client_tls)
@@ -248,6 +254,7 @@ class SLNode:
                 secure=self.secure if secure else None,
                 dataplane=self.dataplane,
                 offers=self.offers,
+                served=self.served if self._address else None,  # None: our data plane is off
             )
 
         return make

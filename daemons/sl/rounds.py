@@ -13,6 +13,7 @@ import contextlib
 import functools
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from contracts.rounds import leader_order
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
-from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, parse_address
+from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, merge_flat
 from daemons.sl.roundtimes import RoundTimer
 from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
@@ -37,6 +38,9 @@ log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
 _UNCONFIRMED_KEPT = 8  # early-taken merged models whose record is awaited, at most
 _DATAPLANE_RETRY = 60.0  # seconds a peer whose data plane failed is pulled from through the broker
+# How long the leader of a final round waits for another participant to take the merged model before it
+# records it (well inside the default leader timeout of 30 s; the participants ask for it as it closes).
+FINAL_HANDOVER_WAIT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,7 @@ class RoundEngine:
         secure: SecureRounds | None = None,
         dataplane: DataPlaneClient | None = None,
         offers: Offers | None = None,
+        served: Served | None = None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
@@ -155,6 +160,7 @@ class RoundEngine:
         self.secure = secure  # secure aggregation: own models are offered masked, never served
         self.dataplane = dataplane
         self.offers = offers  # rows peers pushed to this node's data plane, for the rounds it leads
+        self.served = served  # who took which model from this node's data plane (None: it is off)
         self._endpoints: dict[str, Endpoint | None] = {}
         self._retry_at: dict[str, float] = {}
         self.latest: RoundResult | None = None
@@ -362,7 +368,7 @@ class RoundEngine:
                 self._last_close = (number, tuple(rnd.get("participants") or ()), leader)
             if leader == self.uid and idle and self._led_round != number:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
-            elif leader and leader != self.uid and not keep_own:
+            elif leader and leader != self.uid and (not keep_own or rnd.get("final")):
                 await self._start_prefetch(leader, number)
             return None, leading
         if status == "ABANDONED":
@@ -573,8 +579,12 @@ class RoundEngine:
         }
         self.rounds_led += 1
         if rnd.get("final"):  # one final digest on every node: the final round waits for the ledger
+            await self._hand_over(number, manifest.digest, rnd.get("participants") or [])
             await self._record(body)
             timer.mark("merged_tx")
+            if os.environ.get("SWARM_DEBUG_KILL_AFTER_MERGED") == "final":  # fault injection for tests
+                log.warning("SWARM_DEBUG_KILL_AFTER_MERGED: dying right after recording the final merge")
+                os.kill(os.getpid(), signal.SIGKILL)
             return None
         # The round's model is ours: go on with it while the ledger seals round.merged (awaited when
         # the next round has checked in, see _settle).
@@ -582,6 +592,20 @@ class RoundEngine:
         result = RoundResult(merged, manifest.digest.hex(), number)
         self.latest = result
         return result
+
+    async def _hand_over(self, number: int, digest: bytes, participants: Sequence[str]) -> None:
+        """Before recording a final round's merge, wait (at most ``FINAL_HANDOVER_WAIT`` s) until another
+        participant took the merged model from our data plane (they ask for it as the round closes), so
+        that a node alive holds the final digest should we die right after recording it. Dying before,
+        the ledger hands the round to the next leader, which merges it again. No wait when our data plane
+        is off."""
+        others = {str(uid) for uid in participants} - {self.uid}
+        if self.served is None or not others:
+            return
+        if not await self.served.wait(digest, others, FINAL_HANDOVER_WAIT):
+            log.warning("round %d: no other participant took the final model from us within %g s; "
+                        "recording it all the same", number, FINAL_HANDOVER_WAIT)  # fmt: skip
+        self._timer.mark("handover")
 
     async def _record(self, body: dict[str, Any]) -> None:
         """Submit ``round.merged``; a refusal or an outage is logged (the ledger's leader deadline then
@@ -727,12 +751,14 @@ class RoundEngine:
         if endpoint is None or self.dataplane is None:
             return None
         try:
-            return await self.dataplane.fetch_result(
+            flat, manifest = await self.dataplane.fetch_result(
                 endpoint, self.contract, number, idle_timeout=self.fetch_timeout
             )
         except TransferError as exc:
             log.info("round %d: no early pull of the merged model from %s: %s", number, leader, exc)
             return None
+        self.holder.keep(flat, manifest)  # servable at once: should the leader die, we hand it on
+        return flat, manifest
 
     async def _prefetched(self, digest: str, number: int, *, final: bool) -> RoundResult | None:
         """The merged model pulled early, when it is the one whose digest the ledger recorded."""
