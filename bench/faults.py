@@ -279,6 +279,31 @@ def leader_after_merged_broker(work: Path) -> Outcome:
     return leader_after_merged(work, dataplane=False)
 
 
+def _final_merged(view: dict[str, Any]) -> dict[str, Any] | None:
+    merged = [r for r in view["finished"] if r["status"] == "MERGED" and r["final"]]
+    return merged[0] if merged else None
+
+
+def leader_after_final_merged(work: Path) -> Outcome:
+    """The final round's leader SIGKILLs itself right after its ``round.merged`` is sealed
+    (``SWARM_DEBUG_KILL_AFTER_MERGED=final``: a kill from outside comes too late to land before the
+    pulls). It records that merge only once another participant took the model, which then serves it.
+    No round comes after the final one: the note gives the seconds until the survivors had exited."""
+    with Processes(work / "logs") as procs:
+        die = {"SWARM_DEBUG_KILL_AFTER_MERGED": "final"}
+        swarm = _start_swarm(procs, work, env={"HIDDEN": BIG_HIDDEN}, sl_env=die)
+        final = asyncio.run(_wait_round(swarm.port, _final_merged, 150))
+        leader, fault_at = str(final["leader"]), time.time()
+        out = Outcome(
+            f"SIGKILL of the final round's leader right after its round.merged (round {final['round']})"
+        )
+        out = _finish(swarm, out, [n for n in swarm.names if n != leader], fault_at)
+        out.note = (
+            f"{BIG_HIDDEN * 11 * 4 / 1e6:.1f} MB model; survivors exited {time.time() - fault_at:.2f} s after"
+        )
+        return out
+
+
 def sn_restart(work: Path, down: float = SN_DOWN_S) -> Outcome:
     """SIGKILL of the SN (and its broker), restarted on the same data and port after ``down`` seconds."""
     with Processes(work / "logs") as procs:
@@ -426,6 +451,7 @@ ROWS: tuple[Callable[[Path], Outcome], ...] = (
     leader_mid_merge,
     leader_after_merged,
     leader_after_merged_broker,
+    leader_after_final_merged,
     sn_restart,
     sn_down_60,
     sn_disk_full,
@@ -456,13 +482,14 @@ def run(quick: bool = False, only: tuple[Callable[[Path], Outcome], ...] = ()) -
     rows = []
     for r in measure(quick, only):
         no_end = r.fault.startswith("minPeers") or r.alive == "nothing started"  # no final model, no round
+        no_next = no_end or "final round" in r.fault  # no round after it to count the seconds to
         digest = "" if no_end else f"; one final digest: {'yes' if r.one_digest else 'no'}"
         note = "; ".join(x for x in (f"{r.outcome}{digest}", r.alive, r.note) if x)
         rows.append(
             make_row(
                 r.fault, round(r.recovery_s, 2), "s to next merged round",
                 "median time between merged rounds before the fault", round(r.interval_s, 2),
-                target="" if no_end else "value <= 10", note=note,
+                target="" if no_next else "value <= 10", note=note,
             )
         )  # fmt: skip
     return rows
