@@ -34,6 +34,7 @@ import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -146,18 +147,23 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
     return DataRequest(sender, contract=contract, round=number)
 
 
+def _sized_manifest(header: dict[str, object], body: dict[str, Any], max_total: int, what: str) -> Manifest:
+    """The manifest in ``body``, bounded by ``max_total`` and matching the header's payload size."""
+    manifest = manifest_from_body(body, what=f"data plane {what}")
+    if manifest.total > max_total:
+        raise CodecError(f"data plane {what}: {manifest.total} bytes is over {max_total}")
+    if payload_size(header) != manifest.total:
+        raise CodecError(
+            f"data plane {what}: payload {payload_size(header)} != manifest total {manifest.total}"
+        )
+    return manifest
+
+
 def _offered(header: dict[str, object], max_total: int) -> Manifest:
     body = header.get("manifest")
     if not isinstance(body, dict):
         raise CodecError("data plane offer: 'manifest' must be a map")
-    manifest = manifest_from_body(body, what="data plane offer")
-    if manifest.total > max_total:
-        raise CodecError(f"data plane offer: {manifest.total} bytes is over {max_total}")
-    if payload_size(header) != manifest.total:
-        raise CodecError(
-            f"data plane offer: payload {payload_size(header)} != manifest total {manifest.total}"
-        )
-    return manifest
+    return _sized_manifest(header, body, max_total, "offer")
 
 
 def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
@@ -170,14 +176,7 @@ def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
     body = header.get("manifest")
     if op != "state" or not isinstance(body, dict):
         raise CodecError(f"data plane reply: op {op!r}; expected 'state' with a 'manifest' map")
-    manifest = manifest_from_body(body, what="data plane manifest")
-    if manifest.total > max_total:
-        raise CodecError(f"data plane reply: {manifest.total} bytes is over {max_total}")
-    if payload_size(header) != manifest.total:
-        raise CodecError(
-            f"data plane reply: payload {payload_size(header)} != manifest total {manifest.total}"
-        )
-    return manifest
+    return _sized_manifest(header, body, max_total, "reply")
 
 
 async def _read_header(reader: asyncio.StreamReader) -> bytes:
