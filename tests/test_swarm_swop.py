@@ -144,18 +144,23 @@ def test_a_run_uses_the_environment_its_prereq_built(sn: RunningSN, tmp_path: Pa
         swop.wait(30)
 
 
+async def _assign_two_and_wait_for_training(ledger: LedgerClient, tmp_path: Path) -> None:
+    """Register run_tiny, assign it to the SWOP with 2 peers and wait until a node reports progress."""
+    await wait_enrolled(ledger, 1)
+    task = await register_task(ledger, tmp_path / "run_tiny.yaml")
+    await ledger.submit("taskrunner.assign", {"task": task, "taskrunner": RUNNER, "peers": 2})
+    async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
+        while not (await ledger.query("contract.perfdata", name="defaultbb.cqdb.sml.hpe")):
+            await watch.next(timeout=90)
+
+
 def test_sigterm_stops_the_swop_and_its_children(sn: RunningSN, tmp_path: Path) -> None:
     profile = write_swarm_setup(tmp_path, 2, {"MIN_PEERS": 2, "SLEEP_PER_BATCH": 1, "EPOCHS": 50})
     swop = start_swop(sn, profile, tmp_path)
 
     async def scenario() -> None:
         async with ledger_of(sn) as ledger:
-            await wait_enrolled(ledger, 1)
-            task = await register_task(ledger, tmp_path / "run_tiny.yaml")
-            await ledger.submit("taskrunner.assign", {"task": task, "taskrunner": RUNNER, "peers": 2})
-            async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
-                while not (await ledger.query("contract.perfdata", name="defaultbb.cqdb.sml.hpe")):
-                    await watch.next(timeout=90)
+            await _assign_two_and_wait_for_training(ledger, tmp_path)
 
     asyncio.run(scenario())
     children = descendants(swop.pid)
@@ -194,12 +199,7 @@ def test_sigkill_of_the_swop_leaves_its_sls_to_finish_and_the_task_complete(
 
     async def scenario() -> dict[str, Any]:
         async with ledger_of(sn) as ledger:
-            await wait_enrolled(ledger, 1)
-            task = await register_task(ledger, tmp_path / "run_tiny.yaml")
-            await ledger.submit("taskrunner.assign", {"task": task, "taskrunner": RUNNER, "peers": 2})
-            async with ledger.watch("round", "defaultbb.cqdb.sml.hpe") as watch:
-                while not (await ledger.query("contract.perfdata", name="defaultbb.cqdb.sml.hpe")):
-                    await watch.next(timeout=90)
+            await _assign_two_and_wait_for_training(ledger, tmp_path)
             children.extend(descendants(swop.pid))
             swop.kill()  # SIGKILL of the SWOP alone: its SLs run in their own sessions
             async with ledger.watch("node", "swop-1") as watch:
