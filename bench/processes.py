@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["Processes", "cpu_seconds", "descendants"]
+__all__ = ["Processes", "alive", "cpu_seconds", "descendants"]
 
 
 def _parents() -> dict[int, int]:
@@ -52,7 +52,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (from /proc)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -147,9 +148,9 @@ class Processes:
                 _signal(proc.pid, signal.SIGKILL)
                 proc.wait()
         for pid in family:
-            if _alive(pid):
+            if alive(pid):
                 _signal(pid, signal.SIGTERM)
         time.sleep(0.2 if family else 0)
         for pid in family:
-            if _alive(pid):
+            if alive(pid):
                 _signal(pid, signal.SIGKILL)

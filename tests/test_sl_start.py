@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.processes import alive
 from daemons.broker import free_port
 
 PROGRAM = """\
@@ -16,14 +17,6 @@ import os, pathlib, time
 pathlib.Path("ml.pid").write_text(str(os.getpid()))
 time.sleep(120)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_an_sl_without_a_broker_stops_the_program_it_started_and_says_why(tmp_path: Path) -> None:
@@ -37,6 +30,6 @@ def test_an_sl_without_a_broker_stops_the_program_it_started_and_says_why(tmp_pa
     assert "swarm sl lonely: cannot connect to mqtt://127.0.0.1:" in done.stderr  # itself, not a group
     pid = int((tmp_path / "ml.pid").read_text())  # the program was started before the connection failed
     deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid)
+    assert not alive(pid)
