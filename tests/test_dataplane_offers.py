@@ -136,10 +136,13 @@ def _engine(last_close: tuple[int, tuple[str, ...], str] | None, uid: str = "sl-
 def test_the_next_leader_is_predicted_from_the_last_rounds_participants() -> None:
     members = ("sl-1", "sl-2", "sl-3", "sl-4")
     first = leader_order("c1", 7, members)[0]
-    assert _engine((7, members, first))._predicted_leader() == leader_order("c1", 8, members)[0]
+    prediction = _engine((7, members, first))._prediction()
+    assert prediction is not None
+    assert (prediction.number, prediction.participants) == (8, members)
+    assert prediction.leader == leader_order("c1", 8, members)[0]
     replaced = leader_order("c1", 7, members)[1]
-    assert _engine((7, members, replaced))._predicted_leader() is None  # admins lead, or it was replaced
-    assert _engine(None)._predicted_leader() is None
+    assert _engine((7, members, replaced))._prediction() is None  # admins lead, or it was replaced
+    assert _engine(None)._prediction() is None
 
 
 def test_a_merged_model_taken_early_is_checked_against_the_ledgers_record(

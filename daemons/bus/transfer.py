@@ -57,6 +57,9 @@ def digest_hex(digest: bytes) -> str:
     return digest.hex()[:16]
 
 
+_ResultKey = tuple[str, int, tuple[str, ...] | None]  # contract, round, participants merged early
+
+
 class StateHolder:
     """States this node can serve to others, by digest (a small LRU)."""
 
@@ -65,10 +68,10 @@ class StateHolder:
         self._held: OrderedDict[bytes, _Held] = OrderedDict()
         self._capacity = capacity
         self.served: dict[bytes, set[str]] = {}
-        self._results: OrderedDict[tuple[str, int], asyncio.Future[bytes]] = OrderedDict()
+        self._results: OrderedDict[_ResultKey, asyncio.Future[bytes]] = OrderedDict()
 
-    def _result(self, contract: str, number: int) -> asyncio.Future[bytes]:
-        key = (contract, number)
+    def _result(self, contract: str, number: int, among: tuple[str, ...] | None) -> asyncio.Future[bytes]:
+        key = (contract, number, among)
         future = self._results.get(key)
         if future is None:
             future = self._results[key] = asyncio.get_running_loop().create_future()
@@ -76,17 +79,23 @@ class StateHolder:
                 self._results.popitem(last=False)
         return future
 
-    def announce(self, contract: str, number: int, digest: bytes) -> None:
+    def announce(
+        self, contract: str, number: int, digest: bytes, among: tuple[str, ...] | None = None
+    ) -> None:
         """This node merged round ``number`` of ``contract`` into the held model ``digest`` (before the
-        ledger records it: whoever takes it checks it against the ledger's digest)."""
-        future = self._result(contract, number)
+        ledger records it: whoever takes it checks it against the ledger's digest). ``among``: the
+        participants of a merge made before the ledger closed the round (sorted), served only to those
+        who ask for exactly them."""
+        future = self._result(contract, number, among)
         if not future.done():
             future.set_result(digest)
 
-    async def result(self, contract: str, number: int, timeout: float) -> bytes | None:
-        """The digest of the merged model of round ``number`` once this node announces it, or None when
-        that does not happen within ``timeout`` seconds."""
-        future = self._result(contract, number)
+    async def result(
+        self, contract: str, number: int, timeout: float, among: tuple[str, ...] | None = None
+    ) -> bytes | None:
+        """The digest of the merged model of round ``number`` (of exactly ``among``) once this node
+        announces it, or None when that does not happen within ``timeout`` seconds."""
+        future = self._result(contract, number, among)
         try:
             async with asyncio.timeout(timeout):
                 return await asyncio.shield(future)

@@ -32,7 +32,7 @@ import os
 import socket
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "DataPlaneServer",
     "DataRequest",
     "Endpoint",
+    "Offered",
     "Offers",
     "Served",
     "decode_reply",
@@ -64,6 +65,7 @@ _REQUEST_TIMEOUT = 30.0  # an idle connection waits this long for its next reque
 _DIGEST_BYTES = 32
 _MAX_UID = 256
 _MAX_ROUND = 2**53
+_MAX_AMONG = 4096
 # Whether a peer may have a held model: (digest, the uid it claims, its certificate's CN or None) -> why not.
 FetchCheck = Callable[[bytes, str, str | None], Awaitable[str | None]]
 RESULT_WAIT = 60.0  # how long a server waits for the merged model of a round it was asked for
@@ -102,7 +104,10 @@ class DataRequest:
     digest: bytes | None = None
     contract: str | None = None
     round: int | None = None
+    among: tuple[str, ...] | None = None  # a merge of exactly these participants, asked for before the close
     offer: Manifest | None = None  # a pushed model: its manifest, ``offer.total`` payload bytes follow
+    offer_round: int | None = None  # the round the pusher predicts its row is for
+    offer_weight: float | None = None  # the weight it checks in with
 
 
 def encode_request(digest: bytes, sender: str) -> bytes:
@@ -110,16 +115,28 @@ def encode_request(digest: bytes, sender: str) -> bytes:
     return encode_frame_head({"op": "get", "digest": digest, "sender": sender})
 
 
-def encode_result_request(contract: str, number: int, sender: str) -> bytes:
-    """A request for the model the server merges for round ``number`` of ``contract``."""
-    return encode_frame_head({"op": "result", "contract": contract, "round": number, "sender": sender})
+def encode_result_request(
+    contract: str, number: int, sender: str, among: tuple[str, ...] | None = None
+) -> bytes:
+    """A request for the model the server merges for round ``number`` of ``contract``; ``among``: only
+    a merge of exactly these participants, made before the ledger closed the round."""
+    head: dict[str, Any] = {"op": "result", "contract": contract, "round": number, "sender": sender}
+    if among is not None:
+        head["among"] = list(among)
+    return encode_frame_head(head)
 
 
-def encode_offer(manifest: Manifest, sender: str) -> bytes:
-    """The head of an offer: ``manifest.total`` bytes of the model follow it."""
-    return encode_frame_head(
-        {"op": "offer", "manifest": manifest.body(), "sender": sender}, nbytes=manifest.total
-    )
+def encode_offer(
+    manifest: Manifest, sender: str, number: int | None = None, weight: float | None = None
+) -> bytes:
+    """The head of an offer: ``manifest.total`` bytes of the model follow it. ``number`` and ``weight``:
+    the round the sender predicts and the weight it checks in with (a leader merges early with them)."""
+    head: dict[str, Any] = {"op": "offer", "manifest": manifest.body(), "sender": sender}
+    if number is not None:
+        head["round"] = number
+    if weight is not None:
+        head["weight"] = weight
+    return encode_frame_head(head, nbytes=manifest.total)
 
 
 def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequest:
@@ -129,7 +146,17 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
     if not isinstance(sender, str) or not 0 < len(sender) <= _MAX_UID:
         raise CodecError(f"data plane request: 'sender' must be a uid of 1..{_MAX_UID} characters")
     if op == "offer":
-        return DataRequest(sender, offer=_offered(header, max_offer))
+        number, weight = header.get("round"), header.get("weight")
+        if weight is not None and (
+            not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 <= weight < 2**53
+        ):
+            raise CodecError("data plane offer: 'weight' must be a number from 0")
+        return DataRequest(
+            sender,
+            offer=_offered(header, max_offer),
+            offer_round=None if number is None else _round_number(number),
+            offer_weight=None if weight is None else float(weight),
+        )
     if op not in ("get", "result") or payload_size(header) != 0:
         raise CodecError(
             f"data plane request: op {op!r} must be 'get' or 'result' (with no payload) or 'offer'"
@@ -142,9 +169,28 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
     contract, number = header.get("contract"), header.get("round")
     if not isinstance(contract, str) or not 0 < len(contract) <= _MAX_UID:
         raise CodecError(f"data plane request: 'contract' must be a name of 1..{_MAX_UID} characters")
+    return DataRequest(
+        sender, contract=contract, round=_round_number(number), among=_among(header.get("among"))
+    )
+
+
+def _round_number(number: object) -> int:
     if not isinstance(number, int) or isinstance(number, bool) or not 0 < number <= _MAX_ROUND:
         raise CodecError(f"data plane request: 'round' must be a round number from 1 to {_MAX_ROUND}")
-    return DataRequest(sender, contract=contract, round=number)
+    return number
+
+
+def _among(value: object) -> tuple[str, ...] | None:
+    """The participants a result request names, checked (None: any merge the server records)."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or not 0 < len(value) <= _MAX_AMONG
+        or not all(isinstance(u, str) and 0 < len(u) <= _MAX_UID for u in value)
+    ):
+        raise CodecError(f"data plane request: 'among' must be a list of 1..{_MAX_AMONG} uids")
+    return tuple(sorted(value))
 
 
 def _sized_manifest(header: dict[str, object], body: dict[str, Any], max_total: int, what: str) -> Manifest:
@@ -185,6 +231,15 @@ async def _read_header(reader: asyncio.StreamReader) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------- offers
+@dataclass(frozen=True, slots=True)
+class Offered:
+    """A row a peer pushed for a round it predicted, with the weight it checks in with."""
+
+    digest: bytes
+    flat: FlatState
+    weight: float | None
+
+
 class Offers:
     """Models peers pushed to this node ahead of a round (``op: "offer"``), by digest: the newest of
     each sender, for at most ``capacity`` senders. The leader takes a participant's row from here when
@@ -195,11 +250,17 @@ class Offers:
         self._newest: OrderedDict[str, bytes] = OrderedDict()  # sender -> digest of its newest offer
         self._models: dict[bytes, FlatState] = {}
         self._arriving: dict[bytes, asyncio.Future[FlatState | None]] = {}
+        self._for: dict[str, tuple[int | None, float | None]] = {}  # sender -> (round, weight) it named
+        self._changed = asyncio.Event()  # set (and replaced) whenever a push ends
 
-    def arriving(self, sender: str, digest: bytes) -> None:
-        """``sender`` started to push the model ``digest`` (it replaces that sender's previous offer)."""
+    def arriving(
+        self, sender: str, digest: bytes, number: int | None = None, weight: float | None = None
+    ) -> None:
+        """``sender`` started to push the model ``digest`` (it replaces that sender's previous offer),
+        for round ``number`` with ``weight`` when it named them."""
         self._drop(sender)
         self._newest[sender] = digest
+        self._for[sender] = (number, weight)
         while len(self._newest) > self.capacity:
             self._drop(next(iter(self._newest)))
         pending = self._arriving.get(digest)
@@ -213,6 +274,36 @@ class Offers:
             self._models[digest] = flat
         if pending is not None and not pending.done():
             pending.set_result(flat if digest in self._models else None)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def rows(self, number: int, senders: Sequence[str]) -> dict[str, Offered]:
+        """Wait until every one of ``senders`` has pushed its row for round ``number`` (their newest
+        offers, arrived whole); fewer when a push for that round broke off. Cancel to give up."""
+        while True:
+            rows = {uid: got for uid in senders if (got := self._offered(uid, number)) is not None}
+            if len(rows) == len(senders) or any(self._broke_off(uid, number) for uid in senders):
+                return rows
+            await self._changed.wait()
+
+    def coming(self, number: int, senders: Sequence[str]) -> bool:
+        """Whether every one of ``senders`` pushed, or is pushing, a row for round ``number``."""
+        return all(
+            self._for.get(uid, (None, None))[0] == number
+            and (self._offered(uid, number) is not None or self._newest[uid] in self._arriving)
+            for uid in senders
+        )
+
+    def _broke_off(self, sender: str, number: int) -> bool:
+        digest = self._newest.get(sender)
+        named = self._for.get(sender, (None, None))[0]
+        return named == number and digest not in self._models and digest not in self._arriving
+
+    def _offered(self, sender: str, number: int) -> Offered | None:
+        digest = self._newest.get(sender)
+        named, weight = self._for.get(sender, (None, None))
+        flat = self._models.get(digest) if digest is not None and named == number else None
+        return None if digest is None or flat is None else Offered(digest, flat, weight)
 
     async def take(self, digest: bytes, timeout: float) -> FlatState | None:
         """The offered model ``digest``: at once when it is here, after up to ``timeout`` seconds when it
@@ -229,6 +320,7 @@ class Offers:
 
     def _drop(self, sender: str) -> None:
         old = self._newest.pop(sender, None)
+        self._for.pop(sender, None)
         if old is not None and old not in self._newest.values():
             self._models.pop(old, None)
 
@@ -353,11 +445,11 @@ class DataPlaneServer:
             await _refuse(writer, str(exc))
             raise
         if request.offer is not None:
-            await self._take_offer(request.sender, request.offer, reader, writer)
+            await self._take_offer(request, request.offer, reader, writer)
             return
         digest = request.digest
         if digest is None and request.contract is not None and request.round is not None:
-            digest = await self.holder.result(request.contract, request.round, RESULT_WAIT)
+            digest = await self.holder.result(request.contract, request.round, RESULT_WAIT, request.among)
         if digest is None:
             await _refuse(writer, f"no merged model of round {request.round} here after {RESULT_WAIT:g} s")
             return
@@ -382,11 +474,15 @@ class DataPlaneServer:
             self.served.add(digest, request.sender)
 
     async def _take_offer(
-        self, sender: str, manifest: Manifest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        request: DataRequest,
+        manifest: Manifest,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         """Receive a pushed model, checking every chunk, and keep it in ``offers``."""
         assert self.offers is not None  # noqa: S101 - checked by _answer
-        self.offers.arriving(sender, manifest.digest)
+        self.offers.arriving(request.sender, manifest.digest, request.offer_round, request.offer_weight)
         flat = None
         try:
             buffer = np.empty(manifest.total, dtype=np.uint8)
@@ -454,15 +550,23 @@ class DataPlaneClient:
         return await self._fetch(endpoint, request, digest, idle_timeout, idle_timeout, max_total, spare)
 
     async def offer(
-        self, endpoint: Endpoint, flat: FlatState, manifest: Manifest, *, idle_timeout: float = 10.0
+        self,
+        endpoint: Endpoint,
+        flat: FlatState,
+        manifest: Manifest,
+        *,
+        number: int | None = None,
+        weight: float | None = None,
+        idle_timeout: float = 10.0,
     ) -> None:
-        """Push the model ``manifest`` describes to ``endpoint`` (a predicted leader); TransferError when
-        it was not taken."""
+        """Push the model ``manifest`` describes to ``endpoint`` (a predicted leader), as our row of round
+        ``number`` with ``weight``; TransferError when it was not taken."""
         self._check_tls(endpoint)
         conn = await self._connection(endpoint)
+        head = encode_offer(manifest, self.uid, number, weight)
         async with conn.lock:
             try:
-                await _send_offer(conn, flat, manifest, self.uid, idle_timeout)
+                await _send_offer(conn, head, flat, manifest, idle_timeout)
             except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
                 self._drop(endpoint, conn)
                 why = exc if str(exc) else type(exc).__name__
@@ -480,11 +584,18 @@ class DataPlaneClient:
             raise TransferError(f"{endpoint} does not speak TLS; models travel only over TLS here")
 
     async def fetch_result(
-        self, endpoint: Endpoint, contract: str, number: int, *, idle_timeout: float = 10.0
+        self,
+        endpoint: Endpoint,
+        contract: str,
+        number: int,
+        *,
+        among: tuple[str, ...] | None = None,
+        idle_timeout: float = 10.0,
     ) -> tuple[FlatState, Manifest]:
         """The model ``endpoint`` merges for round ``number`` of ``contract``, once it has it, verified
-        against its manifest (the caller checks the manifest's digest against the ledger)."""
-        request = encode_result_request(contract, number, self.uid)
+        against its manifest (the caller checks the manifest's digest against the ledger). ``among``:
+        the merge of exactly these participants it made before the ledger closed the round."""
+        request = encode_result_request(contract, number, self.uid, among)
         return await self._fetch(endpoint, request, None, RESULT_WAIT, idle_timeout, MAX_STATE_BYTES, None)
 
     async def _fetch(
@@ -564,10 +675,10 @@ class DataPlaneClient:
 
 
 async def _send_offer(
-    conn: _Connection, flat: FlatState, manifest: Manifest, sender: str, idle: float
+    conn: _Connection, head: bytes, flat: FlatState, manifest: Manifest, idle: float
 ) -> None:
     """Send an offer (head and model) and read its answer, with no pause longer than ``idle`` s."""
-    conn.writer.write(encode_offer(manifest, sender))
+    conn.writer.write(head)
     view = flat.buffer.data.cast("B")
     for start in range(0, manifest.total, _SEND_SLICE):
         conn.writer.write(view[start : start + _SEND_SLICE])

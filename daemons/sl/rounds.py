@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,6 +32,10 @@ from daemons.sl.secure_round import lead as lead_secure
 from wire.tensors import FlatState, Manifest, TensorSpec, make_manifest
 
 __all__ = ["RoundEngine", "RoundResult"]
+
+# A pull of a leader's merged model: the leader, the pull, and the participants it asked a merge of
+# before the close (None: whatever merge the leader records after it)
+_Prefetch = tuple[str, "asyncio.Task[tuple[FlatState, Manifest] | None]", tuple[str, ...] | None]
 
 log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
@@ -52,6 +55,107 @@ class RoundResult:
     round: int | None
     final: bool = False
     merged: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Prediction:
+    """The round a node expects next: its number, participants (sorted) and leader, if the participants
+    of the last round check in again (the usual case)."""
+
+    number: int
+    participants: tuple[str, ...]
+    leader: str
+
+
+@dataclass(frozen=True, slots=True)
+class _EarlyMerge:
+    """A merge of the predicted participants' pushed rows, made by the predicted leader before the
+    ledger closed the round; used when the close names the same rows (``matches``)."""
+
+    number: int
+    rows: dict[str, tuple[str, float | None]]  # participant -> (digest, weight) of the row merged
+    merged: FlatState
+    manifest: Manifest
+    contributors: list[str]
+    excluded: list[Exclusion]
+
+    def matches(self, rnd: dict[str, Any], checkins: dict[str, dict[str, Any]]) -> bool:
+        """Whether the ledger closed round ``rnd`` with exactly the rows this merge took."""
+        if rnd.get("round") != self.number or set(rnd.get("participants") or ()) != set(self.rows):
+            return False
+        return all(
+            uid in checkins
+            and not checkins[uid].get("init")
+            and checkins[uid].get("digest") == digest
+            and (weight is None or checkins[uid].get("weight") == weight)
+            for uid, (digest, weight) in self.rows.items()
+        )
+
+
+@dataclass(slots=True)
+class _Part:
+    """One check-in of ours, followed on the ledger (after we went on early, in the background)."""
+
+    flat: FlatState
+    manifest: Manifest
+    body: dict[str, Any]
+    keep_own: bool
+    public: bool  # a merged model resent: nothing of ours to keep private
+    previous: asyncio.Task[RoundResult] | None  # the follow of our last check-in, if it still ran
+    prediction: _Prediction | None
+    # set once the ledger closed the round we checked in to (or the follow ended)
+    closed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    gone_early: RoundResult | None = None
+
+    @property
+    def digest(self) -> str:
+        """The digest we check in."""
+        return self.manifest.digest.hex()
+
+
+_Following = tuple[_Part, "asyncio.Task[RoundResult]"]
+
+
+async def _closed_before(following: _Following | None) -> None:
+    """Wait until the round of our last check-in closed (raising what following it raised): the ledger
+    takes a node's next check-in only once the round it checked in to has closed."""
+    if following is None:
+        return
+    part, task = following
+    await asyncio.wait((part.closed, task), return_when=asyncio.FIRST_COMPLETED)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        task.result()
+
+
+def _has_closed(view: dict[str, Any], number: int) -> bool:
+    """Whether round ``number`` is past its close in a rounds view."""
+    rnd = _find(view, number)
+    if rnd is not None:
+        return rnd.get("status") != "OPEN"
+    return int((view.get("open") or {}).get("round") or 0) > number
+
+
+async def _settled(task: asyncio.Task[RoundResult] | None) -> None:
+    """Wait for the follow of an earlier check-in to end; its failures are only logged (we went on)."""
+    if task is None:
+        return
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+    except Exception as exc:
+        log.warning("following an earlier round failed: %s", exc)
+
+
+async def _early_result(merging: asyncio.Task[_EarlyMerge | None]) -> RoundResult | None:
+    """Our early merge as a round result (None when it could not be made)."""
+    try:
+        early = await asyncio.shield(merging)
+    except Exception:
+        log.exception("merging the pushed rows early failed; the round is led at its close")
+        return None
+    return None if early is None else RoundResult(early.merged, early.manifest.digest.hex(), early.number)
 
 
 class _CannotMerge(Exception):
@@ -169,10 +273,13 @@ class RoundEngine:
         self.rounds_done = 0
         self._timer = RoundTimer()
         self._last_close: tuple[int, tuple[str, ...], str] | None = None  # round, participants, leader
-        self._led_round: int | None = None  # the round this node last led (at most once each)
+        self._led_rounds: list[int] = []  # the rounds this node led lately (each at most once)
         self._recording: asyncio.Task[None] | None = None  # our last merge's round.merged, being sealed
         self._unconfirmed: dict[int, str] = {}  # round -> the merged digest taken before the ledger's
-        self._prefetch: tuple[str, asyncio.Task[tuple[FlatState, Manifest] | None]] | None = None
+        self._prefetch: _Prefetch | None = None
+        # as the predicted leader of a round: the prediction and our merge of the rows pushed for it
+        self._early_merges: dict[int, tuple[_Prediction, asyncio.Task[_EarlyMerge | None]]] = {}
+        self._following: _Following | None = None  # our last check-in, followed after we went on early
 
     @property
     def uid(self) -> str:
@@ -258,6 +365,9 @@ class RoundEngine:
     async def _take_part(
         self, flat: FlatState, *, samples: int, weight: float, init: bool, keep_own: bool = False
     ) -> RoundResult:
+        """Check in ``flat`` and take part in the round: go on with the merged model of the predicted
+        leader as soon as it has it (before the ledger closes the round, which is followed meanwhile), or
+        with whatever the ledger's round gives."""
         timer = self._timer = RoundTimer()
         if self.secure is not None:  # the digest only: the model itself leaves masked (secure_round.py)
             manifest = await asyncio.to_thread(make_manifest, flat, "held")
@@ -266,6 +376,8 @@ class RoundEngine:
         digest = manifest.digest.hex()
         public = self.latest is not None and self.latest.digest == digest  # a merged model, resent
         timer.mark("hash")
+        previous, self._following = self._following, None
+        await _closed_before(previous)
         body = {
             "contract": self.contract,
             "digest": digest,
@@ -273,45 +385,123 @@ class RoundEngine:
             "weight": weight,
             "init": init,
         }
-        offering = (
-            None if public or self.secure is not None else functools.partial(self._offer, flat, manifest)
+        prediction = None if public or self.secure is not None else self._prediction()
+        may_go_early = (
+            prediction is not None and not keep_own and not init and self.uid in prediction.participants
         )
-        async with self.ledger.watch("round", self.contract) as watch, _background(offering):
-            receipt = await self.ledger.submit("round.checkin", body)
-            if "round" not in receipt:  # a resent check-in the ledger holds, in a round it no longer lists
-                raise BusError("the ledger holds this node's check-in but no longer lists its round")
-            number = int(receipt["round"])
-            if self.secure is not None:
-                self.secure.offer(self.contract, number, flat)
-            held = {d: n for d, n in self.checked_in.items() if self.holder.get(d) is not None}
-            self.checked_in = {**held, manifest.digest: number} if not public else held
-            timer.mark("checkin")
-            log.info("checked in model %s to round %d of %s", digest[:16], number, self.contract)
+        part = _Part(flat, manifest, body, keep_own, public, previous[1] if previous else None, prediction)
+        loop = asyncio.get_running_loop()
+        source: asyncio.Task[RoundResult | None] | None = None
+        if (
+            prediction is not None
+            and prediction.leader == self.uid
+            and self.offers is not None
+            and may_go_early
+        ):
+            merging = loop.create_task(self._merge_early(prediction, flat, digest, weight))
+            self._early_merges[prediction.number] = (prediction, merging)
+            source = loop.create_task(_early_result(merging))
+        elif prediction is not None:
+            source = loop.create_task(self._offer(flat, manifest, prediction, weight, fetch=may_go_early))
+        following = loop.create_task(self._follow(part))
+        try:
+            result = await self._race(part, following, source)
+        except BaseException:
+            early = self._early_merges.pop(prediction.number, None) if prediction else None
+            for task in (following, early[1] if early else None):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            raise
+        finally:
+            if source is not None and not source.done():
+                source.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await source
+        if part.gone_early is not None:
+            self._following = (part, following)
+            timer.mark("early")
+            timer.report(result.round)
+        self.rounds_done += 1
+        return result
+
+    async def _race(
+        self,
+        part: _Part,
+        following: asyncio.Task[RoundResult],
+        source: asyncio.Task[RoundResult | None] | None,
+    ) -> RoundResult:
+        """The first of: the ledger's round (``following``), or the merged model of the predicted
+        participants from the predicted leader (``source``, before the close)."""
+        waiting: set[asyncio.Task[Any]] = {following} if source is None else {following, source}
+        while True:
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if following in done:
+                return following.result()
+            waiting.discard(source)
+            try:
+                got = None if source is None or source.cancelled() else source.result()
+            except Exception:
+                log.exception("taking the merged model early failed; following the ledger's round")
+                got = None
+            if got is not None and not following.done():
+                return self._go_early(part, got)
+
+    def _go_early(self, part: _Part, result: RoundResult) -> RoundResult:
+        """Go on with the merged model of the predicted round before the ledger closes it; the ledger's
+        record of it is checked when it comes (``_confirm``)."""
+        prediction = part.prediction
+        assert prediction is not None  # noqa: S101 - only predicted rounds go early
+        raw = bytes.fromhex(result.digest)
+        self.checked_in.pop(raw, None)  # a merged model is anyone's to fetch
+        if self._prefetch is not None and self._prefetch[1].done():
+            self._prefetch = None
+        self.latest = part.gone_early = result
+        self._unconfirmed[prediction.number] = result.digest
+        if self._last_close is None or self._last_close[0] < prediction.number:
+            self._last_close = (prediction.number, prediction.participants, prediction.leader)
+        log.info("round %d: going on with the merged model %s before the ledger closed the round",
+                 result.round, result.digest[:16])  # fmt: skip
+        return result
+
+    async def _follow(self, part: _Part) -> RoundResult:
+        """Our check-in, on the ledger: submitted, then followed until the round gives us a model (or,
+        once we went on early, until it closed and, were we its leader, our merge was recorded)."""
+        async with self.ledger.watch("round", self.contract) as watch:
+            receipt = await self.ledger.submit("round.checkin", part.body)
+            number = self._checked_in(part, receipt)
             # The watch was subscribed before the checkin, so the events of its block and of every later
             # one arrive; only a resent checkin (its first answer lost) reads the rounds again.
             view: dict[str, Any] = {}
             if receipt.get("duplicate"):
                 view = await self.ledger.query("contract.rounds", name=self.contract)
-            await self._settle()  # the last round's round.merged, sealed meanwhile (often in this block)
+            await _settled(part.previous)  # the last round, followed to its close
+            await self._settle_recording()  # the last round's round.merged, sealed meanwhile
             leading: asyncio.Task[RoundResult | None] | None = None
             try:
                 while True:
+                    if not part.closed.done() and _has_closed(view, number):
+                        part.closed.set_result(None)
                     self._confirm(view)
+                    await self._lead_replaced(view, number)
                     rnd = _find(view, number)
-                    result, leading = await self._step(rnd, number, flat, digest, keep_own, leading)
-                    if result is None:
-                        result = self._early(rnd, leading, keep_own)
+                    result, leading = await self._follow_step(part, view, rnd, number, leading)
                     if result is not None:
-                        self.rounds_done += 1
-                        timer.report(number)
                         return result
-                    view = await self._next_view(watch, number, self._racing(rnd, leading, keep_own)) or view
+                    racing = None if part.gone_early else self._racing(rnd, leading, part.keep_own)
+                    view = await self._next_view(watch, number, racing) or view
             finally:
-                await self._stop_prefetch()
-                if leading is not None and not leading.done():
-                    leading.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await leading
+                if not part.closed.done():
+                    part.closed.set_result(None)
+                if part.gone_early is None:  # else the prefetch is a later round's
+                    await self._stop_prefetch()
+                early = self._early_merges.pop(part.prediction.number, None) if part.prediction else None
+                for task in (leading, early[1] if early else None):
+                    if task is not None and not task.done():
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await task
 
     async def _next_view(
         self, watch: Watch, number: int, early: asyncio.Task[Any] | None = None
@@ -366,10 +556,12 @@ class RoundEngine:
             leader = str(rnd.get("leader") or "")
             if self._last_close is None or self._last_close[0] < number:
                 self._last_close = (number, tuple(rnd.get("participants") or ()), leader)
-            if leader == self.uid and idle and self._led_round != number:
+            if leader == self.uid and idle and number not in self._led_rounds:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
             elif leader and leader != self.uid and (not keep_own or rnd.get("final")):
-                await self._start_prefetch(leader, number)
+                await self._start_prefetch(
+                    leader, number, closed=tuple(sorted(rnd.get("participants") or ()))
+                )
             return None, leading
         if status == "ABANDONED":
             log.warning("round %d was abandoned (%s); continuing with own model", number, rnd.get("reason"))
@@ -385,6 +577,71 @@ class RoundEngine:
             result = await self._load_merged(rnd, number, own, digest, final=final)
         self._timer.mark("load")
         return result, leading
+
+    async def _follow_step(
+        self,
+        part: _Part,
+        view: dict[str, Any],
+        rnd: dict[str, Any] | None,
+        number: int,
+        leading: asyncio.Task[RoundResult | None] | None,
+    ) -> tuple[RoundResult | None, asyncio.Task[RoundResult | None] | None]:
+        """React to the latest view of our round; a result ends the follow."""
+        if part.gone_early is not None:
+            done = await self._after_early(view, rnd, number, part)
+            return (part.gone_early if done else None), leading
+        result, leading = await self._step(rnd, number, part.flat, part.digest, part.keep_own, leading)
+        if result is None:
+            result = self._early(rnd, leading, part.keep_own)
+        if result is not None:
+            self._timer.report(number)
+        return result, leading
+
+    def _checked_in(self, part: _Part, receipt: dict[str, Any]) -> int:
+        """The round the ledger took our check-in into; our row stays servable to its leader."""
+        if "round" not in receipt:  # a resent check-in the ledger holds, in a round it no longer lists
+            raise BusError("the ledger holds this node's check-in but no longer lists its round")
+        number = int(receipt["round"])
+        if self.secure is not None:
+            self.secure.offer(self.contract, number, part.flat)
+        held = {d: n for d, n in self.checked_in.items() if self.holder.get(d) is not None}
+        self.checked_in = {**held, part.manifest.digest: number} if not part.public else held
+        if part.gone_early is None:
+            self._timer.mark("checkin")
+        log.info("checked in model %s to round %d of %s", part.digest[:16], number, self.contract)
+        return number
+
+    async def _after_early(
+        self, view: dict[str, Any], rnd: dict[str, Any] | None, number: int, part: _Part
+    ) -> bool:
+        """Round ``number`` once we went on from it early: True when nothing is left for us to do in it
+        (it closed, and we merged it if we lead it; or it ended), False while it is open."""
+        if rnd is None:
+            return int((view.get("open") or {}).get("round") or 0) > number  # long gone from the views
+        status = rnd.get("status")
+        if status == "OPEN":
+            return False
+        if status == "CLOSED":
+            participants = tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
+            leader = str(rnd.get("leader") or "")
+            if self._last_close is None or self._last_close[0] <= number:
+                self._last_close = (number, participants, leader)
+            if leader == self.uid and number not in self._led_rounds:
+                await self._lead_safely(number, part.flat, going_on=False)
+        return True
+
+    async def _lead_replaced(self, view: dict[str, Any], current: int) -> None:
+        """Lead the earlier rounds the ledger handed to us after we went on from them (their leader
+        died before recording its merge): we keep the rows we checked in to them servable."""
+        rows = {number: digest for digest, number in self.checked_in.items()}
+        for rnd in view.get("closed") or []:
+            number = int(rnd.get("round") or 0)
+            if number >= current or rnd.get("leader") != self.uid or number in self._led_rounds:
+                continue
+            own = self.holder.get(rows[number]) if number in rows else None
+            if own is not None and rnd.get("status") == "CLOSED":
+                log.info("round %d was handed to us after we went on from it; merging it", number)
+                await self._lead_safely(number, own, going_on=False)
 
     def _racing(
         self, rnd: dict[str, Any] | None, leading: asyncio.Task[RoundResult | None] | None, keep_own: bool
@@ -518,12 +775,13 @@ class RoundEngine:
         return refusal
 
     # -------------------------------------------------------------- leading
-    async def _lead_safely(self, number: int, own: FlatState) -> RoundResult | None:
+    async def _lead_safely(self, number: int, own: FlatState, *, going_on: bool = True) -> RoundResult | None:
         """Lead round ``number``; the merged model when this node may go on with it before the ledger
-        records it (a round that is not final), else None."""
-        self._led_round = number
+        records it (a round that is not final), else None. ``going_on``: false when we went on from
+        this round already (we only merge and record it)."""
+        self._led_rounds = [*self._led_rounds[-15:], number]
         try:
-            return await self._lead(number, own)
+            return await self._lead(number, own, going_on=going_on)
         except asyncio.CancelledError:
             raise
         except Rejected as exc:
@@ -534,8 +792,8 @@ class RoundEngine:
                 await self._fail(number, _CannotMerge(f"{type(exc).__name__}: {exc}", []))
         return None
 
-    async def _lead(self, number: int, own: FlatState) -> RoundResult | None:
-        timer = self._timer
+    async def _lead(self, number: int, own: FlatState, *, going_on: bool = True) -> RoundResult | None:
+        timer = self._timer if going_on else RoundTimer()
         view = await self.ledger.query("contract.rounds", name=self.contract)
         rnd = _find(view, number)
         timer.mark("lead_query")
@@ -544,6 +802,16 @@ class RoundEngine:
         checkins = {c["uid"]: c for c in rnd.get("checkins") or []}
         participants = [uid for uid in rnd.get("participants") or [] if uid in checkins]
         log.info("leading round %d of %s with %d participants", number, self.contract, len(participants))
+        need = required_rows(
+            int((view.get("open") or {}).get("min_peers") or 1), final=bool(rnd.get("final"))
+        )
+        early = await self._early_merge_for(rnd, checkins, need)
+        if early is not None:
+            log.info("round %d: merged before its close, from the rows pushed to us", number)
+            timer.mark("merge")
+            return await self._conclude(
+                rnd, early.merged, early.manifest, early.contributors, early.excluded, going_on=going_on
+            )
         delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
         if delay > 0:  # fault injection for tests and demos of leader failure
             log.warning("SWARM_DEBUG_MERGE_DELAY: waiting %g s before merging", delay)
@@ -557,9 +825,6 @@ class RoundEngine:
                 self.bus, self.secure, info, own, timeout=self.fetch_timeout
             )
         else:
-            need = required_rows(
-                int((view.get("open") or {}).get("min_peers") or 1), final=bool(rnd.get("final"))
-            )
             try:
                 merged, contributors, excluded = await self._merge_round(participants, checkins, own, need)
             except _CannotMerge as exc:
@@ -567,9 +832,29 @@ class RoundEngine:
                 return None
         timer.mark("merge")
         manifest = await self.holder.add(merged)
-        self.checked_in.pop(manifest.digest, None)  # what we merged is public, even if it equals a row
-        self.holder.announce(self.contract, number, manifest.digest)  # participants pull it meanwhile
         timer.mark("hash_merged")
+        return await self._conclude(rnd, merged, manifest, contributors, excluded, going_on=going_on)
+
+    async def _conclude(
+        self,
+        rnd: dict[str, Any],
+        merged: FlatState,
+        manifest: Manifest,
+        contributors: list[str],
+        excluded: list[Exclusion],
+        *,
+        going_on: bool = True,
+    ) -> RoundResult | None:
+        """Serve our merge of closed round ``rnd`` and record it: the merged model to go on with at once
+        in a round that is not final (recorded meanwhile), None in the final one (recorded first) and
+        when we went on from this round already (not ``going_on``)."""
+        number = int(rnd["round"])
+        self.checked_in.pop(manifest.digest, None)  # what we merged is public, even if it equals a row
+        # participants pull it meanwhile: those that asked for it by round, and those that asked for a
+        # merge of exactly these participants before the close
+        self.holder.announce(self.contract, number, manifest.digest)
+        among = tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
+        self.holder.announce(self.contract, number, manifest.digest, among)
         body = {
             "contract": self.contract,
             "round": number,
@@ -581,7 +866,7 @@ class RoundEngine:
         if rnd.get("final"):  # one final digest on every node: the final round waits for the ledger
             await self._hand_over(number, manifest.digest, rnd.get("participants") or [])
             await self._record(body)
-            timer.mark("merged_tx")
+            self._timer.mark("merged_tx")
             if os.environ.get("SWARM_DEBUG_KILL_AFTER_MERGED") == "final":  # fault injection for tests
                 log.warning("SWARM_DEBUG_KILL_AFTER_MERGED: dying right after recording the final merge")
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -589,6 +874,8 @@ class RoundEngine:
         # The round's model is ours: go on with it while the ledger seals round.merged (awaited when
         # the next round has checked in, see _settle).
         self._recording = asyncio.get_running_loop().create_task(self._record(body))
+        if not going_on:
+            return None
         result = RoundResult(merged, manifest.digest.hex(), number)
         self.latest = result
         return result
@@ -622,6 +909,13 @@ class RoundEngine:
         log.info("round %d merged from %d models: %s", number, len(body["contributors"]), body["digest"][:16])
 
     async def _settle(self) -> None:
+        """Wait until our last check-in was followed to its close and the ``round.merged`` of our last
+        merge is sealed (or refused)."""
+        following, self._following = self._following, None
+        await _settled(following[1] if following else None)
+        await self._settle_recording()
+
+    async def _settle_recording(self) -> None:
         """Wait until the ``round.merged`` of our last merge is sealed (or refused)."""
         recording, self._recording = self._recording, None
         if recording is not None:
@@ -656,6 +950,25 @@ class RoundEngine:
         self._timer.mark("pull")
         excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
         arrived = [i for i, why in enumerate(fetched) if why is None]
+        weights = {uid: checkins[uid].get("weight") for uid in participants}
+        return await self._screen_and_merge(participants, rows, arrived, excluded, weights, own, need)
+
+    async def _screen_and_merge(
+        self,
+        participants: list[str],
+        rows: np.ndarray,
+        arrived: list[int],
+        excluded: list[Exclusion],
+        weights: dict[str, Any],
+        own: FlatState,
+        need: int,
+    ) -> tuple[FlatState, list[str], list[Exclusion]]:
+        """Screen the ``arrived`` rows (indices into ``rows`` and ``participants``), leave out the
+        unusable ones and merge the rest with the participants' ``weights``.
+
+        Raises:
+            _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
+        """
         layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
         base = self.latest.flat.buffer if self.latest and self.latest.flat.specs == own.specs else None
         screened = await asyncio.to_thread(
@@ -673,11 +986,11 @@ class RoundEngine:
         if len(keep) < need:
             reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
             raise _CannotMerge(reason, excluded)
-        weights = merge_weights(self.merge_method, [checkins[participants[i]].get("weight") for i in keep])
+        factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
         matrix = rows[keep] if len(keep) < len(participants) else rows
         try:
             buffer = await asyncio.to_thread(
-                merge_flat, matrix, layout, weights, self.merge_method, options=self.merge_options
+                merge_flat, matrix, layout, factors, self.merge_method, options=self.merge_options
             )
         except MergeError as exc:
             raise _CannotMerge(f"merge failed: {exc}", excluded) from None
@@ -709,50 +1022,149 @@ class RoundEngine:
         return None
 
     # ------------------------------------------------------------- pushing
-    def _predicted_leader(self) -> str | None:
-        """The leader of the next round if the participants of the last one check in again (the usual
-        case); None when the last round's leader was not the first of its participants' order (admins
-        lead, or it was replaced): then nothing is pushed."""
+    def _prediction(self) -> _Prediction | None:
+        """The next round if the participants of the last one check in again (the usual case); None
+        when the last round's leader was not the first of its participants' order (admins lead, or it
+        was replaced): then nothing is pushed or merged early."""
         if self._last_close is None:
             return None
         number, participants, leader = self._last_close
         if not participants or leader_order(self.contract, number, participants)[0] != leader:
             return None
-        return leader_order(self.contract, number + 1, participants)[0]
+        ordered = leader_order(self.contract, number + 1, participants)
+        return _Prediction(number + 1, tuple(sorted(participants)), ordered[0])
 
-    async def _offer(self, flat: FlatState, manifest: Manifest) -> None:
-        """Push the model we check in to the predicted leader, so that it has our row when the round
-        closes; a wrong guess or a failure costs only the push (the leader pulls as before)."""
-        leader = self._predicted_leader()
-        if leader is None or leader == self.uid or self.dataplane is None:
-            return
+    async def _offer(
+        self, flat: FlatState, manifest: Manifest, prediction: _Prediction, weight: float, *, fetch: bool
+    ) -> RoundResult | None:
+        """Push the model we check in to the predicted leader, so that it has our row (and merges)
+        before the round closes; with ``fetch``, then take that merge from it: the round's result when
+        it comes before the ledger's close. A wrong guess or a failure costs only the push (the leader
+        pulls as before)."""
+        leader = prediction.leader
+        if leader == self.uid or self.dataplane is None:
+            return None
         endpoint = await self._endpoint(leader)
         if endpoint is None:
-            return
+            return None
+        number = prediction.number if fetch else None  # a row for an early merge only if we go early too
         try:
-            await self.dataplane.offer(endpoint, flat, manifest, idle_timeout=self.fetch_timeout)
+            await self.dataplane.offer(
+                endpoint, flat, manifest, number=number, weight=weight, idle_timeout=self.fetch_timeout
+            )
         except TransferError as exc:
             log.info("could not push our model to %s (it pulls it if it leads): %s", leader, exc)
+            return None
         except Exception:  # a push only saves the leader a pull: it never fails the round
             log.exception("pushing our model to %s failed", leader)
+            return None
+        closed = self._last_close is not None and self._last_close[0] >= prediction.number
+        if not fetch or self._prefetch is not None or closed:
+            return None
+        await self._start_prefetch(leader, prediction.number, among=prediction.participants)
+        pending = self._prefetch
+        got = await asyncio.shield(pending[1]) if pending is not None else None
+        if got is None:
+            return None
+        merged, merged_manifest = got
+        return RoundResult(merged, merged_manifest.digest.hex(), prediction.number)
+
+    async def _merge_early(
+        self, prediction: _Prediction, own: FlatState, digest: str, weight: float
+    ) -> _EarlyMerge | None:
+        """As the predicted leader: merge the rows the predicted participants push, as soon as all are
+        here, and serve the result to those who ask for a merge of exactly them. None when it cannot
+        (a row of another layout, too few usable rows): the round is then led as usual at its close."""
+        assert self.offers is not None  # noqa: S101 - checked by the caller
+        number, participants = prediction.number, list(prediction.participants)
+        others = [uid for uid in participants if uid != self.uid]
+        offered = await self.offers.rows(number, others)
+        if len(offered) < len(others):
+            return None  # a push broke off: the round is led as usual
+        delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
+        if delay > 0:  # fault injection, as in _lead
+            await asyncio.sleep(delay)
+        rows = np.empty((len(participants), own.total), dtype=np.uint8)
+        kept: dict[str, tuple[str, float | None]] = {}
+        for i, uid in enumerate(participants):
+            if uid == self.uid:
+                rows[i], kept[uid] = own.buffer, (digest, weight)
+                continue
+            row = offered[uid]
+            if row.flat.specs != own.specs:
+                return None
+            rows[i], kept[uid] = row.flat.buffer, (row.digest.hex(), row.weight)
+        weights = {uid: w for uid, (_, w) in kept.items()}
+        try:
+            merged, contributors, excluded = await self._screen_and_merge(
+                participants, rows, list(range(len(participants))), [], weights, own, 1
+            )
+        except _CannotMerge:
+            return None
+        manifest = await self.holder.add(merged)
+        self.holder.announce(self.contract, number, manifest.digest, prediction.participants)
+        return _EarlyMerge(number, kept, merged, manifest, contributors, excluded)
+
+    async def _early_merge_for(
+        self, rnd: dict[str, Any], checkins: dict[str, dict[str, Any]], need: int
+    ) -> _EarlyMerge | None:
+        """Our merge made before the close, when the close names exactly its rows (waiting for it to
+        end, since all those rows are here); None when there is none or it does not fit."""
+        early_merge = self._early_merges.get(int(rnd.get("round") or 0))
+        if early_merge is None or self.offers is None:
+            return None
+        prediction, task = early_merge
+        participants = tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
+        if prediction.number != rnd.get("round") or prediction.participants != participants:
+            return None
+        others = [uid for uid in participants if uid != self.uid]
+        if not task.done() and not self.offers.coming(prediction.number, others):
+            return None  # a participant pushed nothing for this round: no early merge can fit
+        try:
+            async with asyncio.timeout(self.fetch_timeout):
+                early = await asyncio.shield(task)
+        except TimeoutError:
+            log.warning("round %s: the early merge did not end in %g s; merging as usual",
+                        rnd.get("round"), self.fetch_timeout)  # fmt: skip
+            return None
+        except Exception:
+            log.exception("round %s: the early merge failed; merging as usual", rnd.get("round"))
+            return None
+        if early is None or not early.matches(rnd, checkins) or len(early.contributors) < need:
+            return None
+        return early
 
     # ------------------------------------------------------------- prefetch
-    async def _start_prefetch(self, leader: str, number: int) -> None:
+    async def _start_prefetch(
+        self,
+        leader: str,
+        number: int,
+        *,
+        among: tuple[str, ...] | None = None,
+        closed: tuple[str, ...] | None = None,
+    ) -> None:
         """Ask ``leader``'s data plane for its merge of round ``number`` now, so that the model is here
-        (or on its way) when the ledger records its digest."""
-        if self.dataplane is None or (self._prefetch is not None and self._prefetch[0] == leader):
+        (or on its way) when the ledger records its digest: before the close, the merge of exactly
+        ``among`` (the predicted participants); once the ledger ``closed`` the round with these
+        participants, a pull asked before it is kept only when it named the same ones."""
+        current = self._prefetch
+        if self.dataplane is None or (
+            current is not None and current[0] == leader and current[2] in (None, closed)
+        ):
             return
         await self._stop_prefetch()
-        task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number))
-        self._prefetch = (leader, task)
+        task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number, among))
+        self._prefetch = (leader, task, among)
 
-    async def _prefetch_from(self, leader: str, number: int) -> tuple[FlatState, Manifest] | None:
+    async def _prefetch_from(
+        self, leader: str, number: int, among: tuple[str, ...] | None
+    ) -> tuple[FlatState, Manifest] | None:
         endpoint = await self._endpoint(leader)
         if endpoint is None or self.dataplane is None:
             return None
         try:
             flat, manifest = await self.dataplane.fetch_result(
-                endpoint, self.contract, number, idle_timeout=self.fetch_timeout
+                endpoint, self.contract, number, among=among, idle_timeout=self.fetch_timeout
             )
         except TransferError as exc:
             log.info("round %d: no early pull of the merged model from %s: %s", number, leader, exc)
