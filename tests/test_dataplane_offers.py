@@ -14,10 +14,17 @@ import pytest
 from certs import client_context, init_swarm, server_context
 from contracts.rounds import leader_order
 from daemons.bus.transfer import StateHolder, TransferError
-from daemons.sl.dataplane import DataPlaneClient, DataPlaneServer, Offers, decode_request, encode_offer
+from daemons.sl.dataplane import (
+    DataPlaneClient,
+    DataPlaneServer,
+    Offers,
+    decode_request,
+    encode_offer,
+    encode_result_request,
+)
 from daemons.sl.rounds import RoundEngine
 from wire import CodecError
-from wire.frames import header_length
+from wire.frames import encode_frame_head, header_length
 from wire.tensors import FlatState, Manifest, make_manifest
 
 
@@ -126,6 +133,82 @@ def test_an_offer_head_decodes_and_a_lying_one_is_refused() -> None:
         decode_request(frame[4 : 4 + header_length(frame[:4])], max_offer=1000)
 
 
+async def test_an_early_merge_waits_for_every_predicted_row_of_its_round_and_gives_up_on_a_broken_one() -> (
+    None
+):
+    offers = Offers()
+    rows = {uid: _model(seed, 4096) for uid, seed in (("sl-2", 11), ("sl-3", 12))}
+    old_flat, old_manifest = _model(13, 4096)
+    offers.arriving("sl-2", old_manifest.digest, 6, 1.0)  # last round's row: not this one's
+    offers.arrived(old_manifest.digest, old_flat)
+    waiting = asyncio.create_task(offers.rows(7, ["sl-2", "sl-3"]))
+    assert not offers.coming(7, ["sl-2", "sl-3"])
+    for uid, (_, manifest) in rows.items():
+        offers.arriving(uid, manifest.digest, 7, 2.5)
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # arriving is not arrived
+    assert offers.coming(7, ["sl-2", "sl-3"])
+    for flat, manifest in rows.values():
+        offers.arrived(manifest.digest, flat)
+    got = await asyncio.wait_for(waiting, 1.0)
+    assert {uid: (o.digest, o.weight) for uid, o in got.items()} == {
+        uid: (m.digest, 2.5) for uid, (_, m) in rows.items()
+    }
+    broken = _model(14, 4096)[1]
+    offers.arriving("sl-3", broken.digest, 8, 1.0)
+    offers.arrived(broken.digest, None)  # cut off: the early merge gives up rather than wait forever
+    assert set(await asyncio.wait_for(offers.rows(8, ["sl-2", "sl-3"]), 1.0)) == set()
+    assert not offers.coming(8, ["sl-3"])
+
+
+def test_offer_and_early_request_heads_carry_round_weight_and_participants_checked() -> None:
+    _, manifest = _model(15)
+    frame = encode_offer(manifest, "sl-2", 9, 3.0)
+    request = decode_request(frame[4 : 4 + header_length(frame[:4])])
+    assert (request.offer_round, request.offer_weight) == (9, 3.0)
+    frame = encode_result_request("c1", 9, "sl-2", ("sl-3", "sl-1"))
+    request = decode_request(frame[4 : 4 + header_length(frame[:4])])
+    assert (request.contract, request.round, request.among) == ("c1", 9, ("sl-1", "sl-3"))
+    for head, message in (
+        ({"round": 0}, "'round' must be a round number"),
+        ({"round": True}, "'round' must be a round number"),
+        ({"weight": -1.0}, "'weight' must be a number"),
+        ({"weight": "1"}, "'weight' must be a number"),
+    ):
+        data = encode_frame_head(
+            {"op": "offer", "manifest": manifest.body(), "sender": "sl-2", **head}, nbytes=manifest.total
+        )
+        with pytest.raises(CodecError, match=message):
+            decode_request(data[4 : 4 + header_length(data[:4])])
+    for among in ([], ["sl-1", 3], "sl-1", ["x" * 300]):
+        data = encode_frame_head(
+            {"op": "result", "contract": "c1", "round": 9, "sender": "sl-2", "among": among}
+        )
+        with pytest.raises(CodecError, match="'among' must be a list"):
+            decode_request(data[4 : 4 + header_length(data[:4])])
+
+
+async def test_a_merge_made_before_the_close_is_served_only_to_who_asks_for_exactly_its_participants() -> (
+    None
+):
+    holder = _holder()
+    flat, manifest = _model(16)
+    holder.keep(flat, manifest)
+    holder.announce("c1", 4, manifest.digest, ("sl-1", "sl-2"))
+    assert await holder.result("c1", 4, 0.05, ("sl-1", "sl-2")) == manifest.digest
+    assert await holder.result("c1", 4, 0.05, ("sl-1", "sl-2", "sl-3")) is None
+    assert await holder.result("c1", 4, 0.05) is None  # not recorded after the close: nothing by round
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        client = DataPlaneClient("sl-2")
+        try:
+            got, got_manifest = await client.fetch_result(
+                server.endpoint("127.0.0.1"), "c1", 4, among=("sl-2", "sl-1")
+            )
+            assert got_manifest.digest == manifest.digest and np.array_equal(got.buffer, flat.buffer)
+        finally:
+            await client.close()
+
+
 def _engine(last_close: tuple[int, tuple[str, ...], str] | None, uid: str = "sl-1") -> RoundEngine:
     bus = cast(Any, SimpleNamespace(uid=uid))
     engine = RoundEngine(bus, cast(Any, None), cast(Any, None), "c1")
@@ -159,3 +242,17 @@ def test_a_merged_model_taken_early_is_checked_against_the_ledgers_record(
     assert engine._unconfirmed == {}
     assert "round 6: we went on with the merged model bbbbbbbbbbbbbbbb its leader sent" in caplog.text
     assert "the ledger records model cccccccccccccccc" in caplog.text
+
+
+def test_a_pinned_row_outlives_the_holders_capacity_until_unpinned() -> None:
+    holder = StateHolder(cast(Any, SimpleNamespace(uid="sl-1")), capacity=2)
+    models = [_model(20 + i, 4096) for i in range(4)]
+    holder.keep(*models[0])
+    holder.pin(models[0][1].digest)  # checked in to a round the ledger has not finished
+    for flat, manifest in models[1:]:
+        holder.keep(flat, manifest)
+    assert holder.get(models[0][1].digest) is not None
+    assert holder.get(models[1][1].digest) is None  # the oldest unpinned one made room
+    holder.unpin(models[0][1].digest)
+    holder.keep(*_model(30, 4096))
+    assert holder.get(models[0][1].digest) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,11 @@ def test_three_nodes_finish_with_the_same_model(sn: RunningSN, tmp_path: Path) -
     assert codes == [0, 0, 0], [n.output()[-2000:] for n in nodes]
     digests = {node.final_digest() for node in nodes}
     assert len(digests) == 1 and None not in digests
+    outputs = [node.output() for node in nodes]
+    # rounds go on before the ledger's close (the predicted leader merges the pushed rows), and every
+    # digest the ledger then records is the one the nodes went on with
+    assert sum(out.count("before the ledger closed the round") for out in outputs) > 0, outputs[0][-3000:]
+    assert not any("we went on with the merged model" in out for out in outputs)
     for node in nodes:
         log = node.output()
         assert "Starting Swarm merging round" in log
@@ -220,3 +226,31 @@ def test_a_leader_killed_right_after_the_final_round_merged_leaves_the_model_wit
         assert "dying right after recording the final merge" in nodes[leader].output()
     finally:
         nodes[leader].kill()
+
+
+def test_a_leader_dying_after_handing_over_its_early_merge_is_replaced_by_a_node_that_went_on(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    # The first node to lead a round of 3 from round 3 on dies right after another participant took the
+    # merge it made before the ledger's close (it kills itself once the ledger holds its check-in): the
+    # others went on with that merge, so one of them must merge the round the ledger hands it, from the
+    # rows pulled again. (Rounds of 2 after that death do not trigger it again.)
+    die = {"SWARM_DEBUG_KILL_AFTER_MERGED": "early"}
+    nodes = [
+        start_sl(sn, f"sl-{i}", tmp_path, sl_env=die, SEED=i, MIN_PEERS=2, EPOCHS=2, BATCHES=24, SYNC_FREQ=2)
+        for i in range(1, 4)
+    ]
+    try:
+        codes = [n.wait() for n in nodes]
+        dead = [n for n in nodes if "dying right after handing over the early merge" in n.output()]
+        assert len(dead) == 1 and codes.count(0) == 2, [n.output()[-2000:] for n in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    survivors = [n for n in nodes if n is not dead[0]]
+    assert survivors[0].final_digest() == survivors[1].final_digest() is not None
+    died = re.search(r"handing over the early merge of round (\d+)", dead[0].output())
+    assert died is not None
+    # a survivor merged and recorded that round (the ledger keeps only the last rounds: read the logs)
+    recorded = re.compile(rf"round {died.group(1)} merged from 2 models")
+    assert any(recorded.search(n.output()) for n in survivors), [n.output()[-3000:] for n in survivors]

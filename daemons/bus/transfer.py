@@ -67,6 +67,7 @@ class StateHolder:
         self._bus = bus
         self._held: OrderedDict[bytes, _Held] = OrderedDict()
         self._capacity = capacity
+        self._pinned: set[bytes] = set()
         self.served: dict[bytes, set[str]] = {}
         self._results: OrderedDict[_ResultKey, asyncio.Future[bytes]] = OrderedDict()
 
@@ -112,8 +113,18 @@ class StateHolder:
         """Keep an already-described state servable."""
         self._held[manifest.digest] = _Held(flat, manifest)
         self._held.move_to_end(manifest.digest)
-        while len(self._held) > self._capacity:
-            self._held.popitem(last=False)
+        unpinned = [d for d in self._held if d not in self._pinned]
+        for digest in unpinned[: max(len(unpinned) - self._capacity, 0)]:
+            del self._held[digest]
+
+    def pin(self, digest: bytes) -> None:
+        """Keep ``digest`` servable beyond the LRU's capacity until ``unpin`` (a row checked in to a
+        round the ledger has not finished yet, whose leader may still pull it)."""
+        self._pinned.add(digest)
+
+    def unpin(self, digest: bytes) -> None:
+        """Let ``digest`` age out of the LRU again."""
+        self._pinned.discard(digest)
 
     def get(self, digest: bytes) -> FlatState | None:
         """The held state with ``digest``, if any."""

@@ -55,6 +55,7 @@ __all__ = [
     "decode_request",
     "encode_offer",
     "encode_request",
+    "encode_result_request",
     "parse_address",
 ]
 
@@ -68,6 +69,7 @@ _MAX_ROUND = 2**53
 _MAX_AMONG = 4096
 # Whether a peer may have a held model: (digest, the uid it claims, its certificate's CN or None) -> why not.
 FetchCheck = Callable[[bytes, str, str | None], Awaitable[str | None]]
+_MODELS, _RESULTS = "models", "results"  # the lanes of a client's connections to one peer
 RESULT_WAIT = 60.0  # how long a server waits for the merged model of a round it was asked for
 
 
@@ -526,7 +528,7 @@ class DataPlaneClient:
         self.uid = uid
         self.tls = tls
         self.connect_timeout = connect_timeout
-        self._connections: dict[Endpoint, _Connection] = {}
+        self._connections: dict[tuple[Endpoint, str], _Connection] = {}
 
     async def close(self) -> None:
         """Close every kept connection."""
@@ -610,7 +612,7 @@ class DataPlaneClient:
     ) -> tuple[FlatState, Manifest]:
         what = f"model {digest_hex(digest)}" if digest is not None else "the merged model"
         self._check_tls(endpoint)
-        conn = await self._connection(endpoint)
+        conn = await self._connection(endpoint, _MODELS if digest is not None else _RESULTS)
         async with conn.lock:
             try:
                 return await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
@@ -622,8 +624,11 @@ class DataPlaneClient:
                 self._drop(endpoint, conn)  # cancelled mid-transfer: the stream is out of step
                 raise
 
-    async def _connection(self, endpoint: Endpoint) -> _Connection:
-        conn = self._connections.get(endpoint)
+    async def _connection(self, endpoint: Endpoint, lane: str = _MODELS) -> _Connection:
+        """Our kept connection to ``endpoint`` for ``lane``: requests for a merge not made yet wait on
+        their own (``_RESULTS``), so that they never hold up the pulls and pushes of ``_MODELS``."""
+        key = (endpoint, lane)
+        conn = self._connections.get(key)
         if conn is not None and not conn.writer.is_closing():
             return conn
         try:
@@ -641,12 +646,12 @@ class DataPlaneClient:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = self._connections[endpoint] = _Connection(reader, writer, asyncio.Lock())
+        conn = self._connections[key] = _Connection(reader, writer, asyncio.Lock())
         return conn
 
     def _drop(self, endpoint: Endpoint, conn: _Connection) -> None:
-        if self._connections.get(endpoint) is conn:
-            del self._connections[endpoint]
+        for key in [k for k, c in self._connections.items() if k[0] == endpoint and c is conn]:
+            del self._connections[key]
         conn.writer.close()
 
     async def _exchange(

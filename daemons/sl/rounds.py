@@ -280,6 +280,7 @@ class RoundEngine:
         # as the predicted leader of a round: the prediction and our merge of the rows pushed for it
         self._early_merges: dict[int, tuple[_Prediction, asyncio.Task[_EarlyMerge | None]]] = {}
         self._following: _Following | None = None  # our last check-in, followed after we went on early
+        self._pinned_rows: dict[int, bytes] = {}  # round -> our row, kept servable until it finished
 
     @property
     def uid(self) -> str:
@@ -459,6 +460,7 @@ class RoundEngine:
             self._prefetch = None
         self.latest = part.gone_early = result
         self._unconfirmed[prediction.number] = result.digest
+        self._pin_row(prediction.number, part.manifest.digest)
         if self._last_close is None or self._last_close[0] < prediction.number:
             self._last_close = (prediction.number, prediction.participants, prediction.leader)
         log.info("round %d: going on with the merged model %s before the ledger closed the round",
@@ -682,6 +684,12 @@ class RoundEngine:
     def _may_go_early(self, rnd: dict[str, Any] | None, keep_own: bool) -> bool:
         return rnd is not None and rnd.get("status") == "CLOSED" and not rnd.get("final") and not keep_own
 
+    def _pin_row(self, number: int, digest: bytes) -> None:
+        """Keep the row we checked in to round ``number`` servable until the ledger finished that round
+        (we went on before: a replacement leader may still pull it)."""
+        self.holder.pin(digest)
+        self._pinned_rows[number] = digest
+
     def _confirm(self, view: dict[str, Any]) -> None:
         """Check the merged models taken before the ledger recorded them against what it recorded: a
         mismatch (the leader died after sending it, and another merged the round) is logged; the next
@@ -707,6 +715,8 @@ class RoundEngine:
                 )
         for number in sorted(self._unconfirmed)[:-_UNCONFIRMED_KEPT]:
             del self._unconfirmed[number]  # long finished; the ledger's record of it is not in our views
+        for number in [n for n in self._pinned_rows if n not in self._unconfirmed]:
+            self.holder.unpin(self._pinned_rows.pop(number))
 
     async def _load_merged(
         self, rnd: dict[str, Any], number: int, own: FlatState, digest: str, *, final: bool
@@ -1103,7 +1113,29 @@ class RoundEngine:
             return None
         manifest = await self.holder.add(merged)
         self.holder.announce(self.contract, number, manifest.digest, prediction.participants)
+        if os.environ.get("SWARM_DEBUG_KILL_AFTER_MERGED") == "early":  # fault injection for tests
+            await self._die_after_handing_over(number, manifest.digest, others, own_digest=digest)
         return _EarlyMerge(number, kept, merged, manifest, contributors, excluded)
+
+    async def _die_after_handing_over(
+        self, number: int, merged: bytes, others: list[str], *, own_digest: str
+    ) -> None:
+        """Fault injection (``SWARM_DEBUG_KILL_AFTER_MERGED=early``, from round 3 on, in a round of 3
+        participants or more): die once another participant took our early merge and the ledger holds
+        our check-in, so that the ledger names us leader of a round the others went on from, and must
+        hand it to one of them."""
+        if number < 3 or len(others) < 2 or self.served is None:
+            return
+        await self.served.wait(merged, set(others), FINAL_HANDOVER_WAIT)
+        for _ in range(100):
+            if self.checked_in.get(bytes.fromhex(own_digest)) == number:
+                break
+            await asyncio.sleep(0.1)
+        log.warning(
+            "SWARM_DEBUG_KILL_AFTER_MERGED: dying right after handing over the early merge of round %d",
+            number,
+        )
+        os.kill(os.getpid(), signal.SIGKILL)
 
     async def _early_merge_for(
         self, rnd: dict[str, Any], checkins: dict[str, dict[str, Any]], need: int
