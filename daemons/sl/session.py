@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from wire import CodecError
 from wire.frames import layout_from_wire
 from wire.tensors import FlatState
 
-__all__ = ["MLSession", "SessionSettings"]
+__all__ = ["MLSession", "ProgressPacing", "SessionSettings", "progress_interval"]
 
 log = logging.getLogger("swarm.sl.session")
 
@@ -86,6 +87,7 @@ class MLSession:
         self.ended = False
         self.privacy: SitePrivacy | None = None  # differential privacy of this site's updates, when asked
         self._report: asyncio.Task[None] | None = None  # the progress of the last sync, being recorded
+        self._reporting = ProgressPacing()  # which syncs' progress is worth a transaction
         self.refusal: str | None = None  # set by refuse(): every request is answered with it
         self._serving: set[asyncio.Task[Any]] = set()
 
@@ -284,9 +286,13 @@ class MLSession:
             result = await self.engine.sync(flat, samples=samples, weight=weight)
             # recorded while the ML program trains on and the next round starts (the SN seals it with
             # that round's check-ins); awaited at the end of the next request
-            await self._reported()
-            self._report = asyncio.get_running_loop().create_task(self._progress(header))
+            if self._reporting.due(header):
+                await self._reported()
+                self._report = asyncio.get_running_loop().create_task(self._progress(header))
         else:
+            unreported = self._reporting.unreported()
+            if unreported is not None and op == "end" and self.privacy is None:
+                await self._progress(unreported)  # the last loss and metric, before the contract ends
             mode = str(header.get("mode") or "snapshot")
             result = await self.engine.finish(flat, mode=mode, samples=samples, weight=weight)
             self.final, self.ended = result, True
@@ -331,6 +337,44 @@ class MLSession:
         if self.privacy is not None:
             body["epsilon"] = self.privacy.epsilon
         await self.ledger.submit("contract.progress", body)
+
+
+class ProgressPacing:
+    """Which syncs report their progress (``contract.progress``, a ledger transaction): the first, the
+    first of each epoch, and then at most one every ``SWARM_PROGRESS_INTERVAL`` seconds (default 1), so
+    that a sync every few batches does not double the ledger's work; the last one left out is reported
+    when training ends."""
+
+    def __init__(self, interval: float | None = None) -> None:
+        self.interval = progress_interval() if interval is None else interval
+        self._last_at: float | None = None
+        self._last_epoch: object = None
+        self._pending: dict[str, Any] | None = None
+
+    def due(self, header: dict[str, Any], now: float | None = None) -> bool:
+        """Whether this sync's progress is reported (else it is kept as the last unreported one)."""
+        now = time.monotonic() if now is None else now
+        epoch = header.get("epochs_done")
+        if self._last_at is None or epoch != self._last_epoch or now - self._last_at >= self.interval:
+            self._last_at, self._last_epoch, self._pending = now, epoch, None
+            return True
+        self._pending = header
+        return False
+
+    def unreported(self) -> dict[str, Any] | None:
+        """The progress of the last sync that was not reported, if any (then forgotten)."""
+        pending, self._pending = self._pending, None
+        return pending
+
+
+def progress_interval() -> float:
+    """``SWARM_PROGRESS_INTERVAL`` seconds between progress reports (0: every sync), default 1."""
+    text = os.environ.get("SWARM_PROGRESS_INTERVAL", "").strip()
+    try:
+        return max(float(text), 0.0) if text else 1.0
+    except ValueError:
+        log.warning("SWARM_PROGRESS_INTERVAL=%r is not a number of seconds; using 1", text)
+        return 1.0
 
 
 def _number(value: Any) -> float | None:
