@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from daemons.bus import Bus, BusConfig
 from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN
-from tests.swarm_helpers import start_sl
+from tests.swarm_helpers import RunningSL, start_sl
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +40,7 @@ def test_a_killed_node_is_skipped_and_the_rest_finish(sn: RunningSN, tmp_path: P
     slow = {"SLEEP_PER_BATCH": 0.15, "EPOCHS": 3, "MIN_PEERS": 2}
     nodes = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, **slow) for i in range(1, 4)]
     victim = nodes[2]
-    deadline = 60.0
-    while "Finished Swarm merging round" not in victim.output():
-        deadline -= 0.2
-        assert deadline > 0, victim.output()[-2000:]
-        asyncio.run(asyncio.sleep(0.2))
+    _wait_for_line(victim, "Finished Swarm merging round")
     victim.kill()
     codes = [node.wait() for node in nodes[:2]]
     assert codes == [0, 0], [n.output()[-2000:] for n in nodes[:2]]
@@ -69,13 +66,16 @@ def test_two_trainings_under_different_contracts_both_finish(sn: RunningSN, tmp_
     assert len(alpha) == 1 and len(beta) == 1 and alpha != beta
 
 
+def _wait_for_line(node: RunningSL, text: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in node.output():
+        assert time.monotonic() < deadline, node.output()[-2000:]
+        time.sleep(0.2)
+
+
 def test_a_node_whose_model_differs_is_refused_naming_the_tensor(sn: RunningSN, tmp_path: Path) -> None:
     good = start_sl(sn, "sl-1", tmp_path, SEED=1, MIN_PEERS=2, SLEEP_PER_BATCH=0.2)
-    deadline = 60.0
-    while "joined contract" not in good.output():
-        deadline -= 0.2
-        assert deadline > 0, good.output()[-2000:]
-        asyncio.run(asyncio.sleep(0.2))
+    _wait_for_line(good, "joined contract")
     odd = start_sl(sn, "sl-2", tmp_path, SEED=2, MIN_PEERS=2, HIDDEN=32)
     assert odd.wait() != 0
     assert "tensor '0.weight' is float32[32, 8], the training's is float32[16, 8]" in odd.output()
@@ -149,10 +149,17 @@ async def _contract_view(sn: RunningSN, query: str) -> object:
 
 
 def test_a_node_sending_nan_is_left_out_and_the_swarm_finishes(sn: RunningSN, tmp_path: Path) -> None:
-    nodes = [
-        start_sl(sn, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=2, EPOCHS=1, MERGE="coordmedian", **poison)
-        for i, poison in ((1, {"POISON": "nan"}), (2, {}), (3, {}))
-    ]
+    def start(uid: str, seed: int, **poison: object) -> RunningSL:
+        return start_sl(
+            sn, uid, tmp_path, SEED=seed, MIN_PEERS=2, EPOCHS=2, SLEEP_PER_BATCH=0.25, MERGE="coordmedian",
+            **poison,
+        )  # fmt: skip
+
+    # the broken site joins first, and training lasts a few seconds: with minPeers 2, two quick sites
+    # could otherwise finish before the third has started
+    broken = start("sl-1", 1, POISON="nan")
+    _wait_for_line(broken, "joined contract")
+    nodes = [broken, start("sl-2", 2), start("sl-3", 3)]
     codes = [node.wait() for node in nodes]
     assert codes == [0, 0, 0], [n.output()[-2000:] for n in nodes]
     digests = {node.final_digest() for node in nodes}

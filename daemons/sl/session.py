@@ -292,7 +292,9 @@ class MLSession:
         else:
             unreported = self._reporting.unreported()
             if unreported is not None and op == "end" and self.privacy is None:
-                await self._progress(unreported)  # the last loss and metric, before the contract ends
+                # the last loss and metric: sealed with our contract.done (the SN holds a report alone)
+                await self._reported()
+                self._report = asyncio.get_running_loop().create_task(self._progress(unreported))
             mode = str(header.get("mode") or "snapshot")
             result = await self.engine.finish(flat, mode=mode, samples=samples, weight=weight)
             self.final, self.ended = result, True
