@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,20 +167,16 @@ class _CannotMerge(Exception):
         self.excluded = list(excluded)
 
 
-@contextlib.asynccontextmanager
-async def _background(work: Callable[[], Coroutine[Any, Any, None]] | None) -> AsyncIterator[None]:
-    """Run ``work()`` alongside the block, which it must not outlive: cancelled if it still runs when the
-    block ends, then awaited."""
-    if work is None:
-        yield
-        return
-    task = asyncio.get_running_loop().create_task(work())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+async def _stop(*tasks: asyncio.Task[Any] | None) -> None:
+    """Cancel those of ``tasks`` that still run and wait for them to end; how they ended is theirs
+    (each logs what matters)."""
+    for task in tasks:
+        if task is not None and not task.done():
+            task.cancel()
+    for task in tasks:
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
@@ -409,17 +405,10 @@ class RoundEngine:
             result = await self._race(part, following, source)
         except BaseException:
             early = self._early_merges.pop(prediction.number, None) if prediction else None
-            for task in (following, early[1] if early else None):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            await _stop(following, early[1] if early else None)
             raise
         finally:
-            if source is not None and not source.done():
-                source.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await source
+            await _stop(source)
         if part.gone_early is not None:
             self._following = (part, following)
             timer.mark("early")
@@ -499,11 +488,7 @@ class RoundEngine:
                 if part.gone_early is None:  # else the prefetch is a later round's
                     await self._stop_prefetch()
                 early = self._early_merges.pop(part.prediction.number, None) if part.prediction else None
-                for task in (leading, early[1] if early else None):
-                    if task is not None and not task.done():
-                        task.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await task
+                await _stop(leading, early[1] if early else None)
 
     async def _next_view(
         self, watch: Watch, number: int, early: asyncio.Task[Any] | None = None
@@ -1228,10 +1213,7 @@ class RoundEngine:
 
     async def _stop_prefetch(self) -> None:
         pending, self._prefetch = self._prefetch, None
-        if pending is not None and not pending[1].done():
-            pending[1].cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pending[1]
+        await _stop(pending[1] if pending is not None else None)
 
     # -------------------------------------------------------------- pulling
     async def _pull(
