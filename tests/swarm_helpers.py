@@ -156,3 +156,19 @@ def start_swop(
         return subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **env}
         )
+
+
+def wait_for_line(node: RunningSL, text: str, timeout: float = 60.0) -> None:
+    """Wait until ``text`` appears in the node's output (AssertionError with its tail after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while text not in node.output():
+        assert time.monotonic() < deadline, node.output()[-2000:]
+        time.sleep(0.2)
+
+
+def start_together(nodes: list[RunningSL], gate: Path, timeout: float = 90.0) -> None:
+    """Let nodes started with ``START_GATE=gate`` train once every one of them joined its contract (a
+    quick site could otherwise finish with minPeers others before a slow one has started)."""
+    for node in nodes:
+        wait_for_line(node, "joined contract", timeout)
+    gate.touch()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from daemons.bus import Bus, BusConfig
 from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN
-from tests.swarm_helpers import RunningSL, start_sl
+from tests.swarm_helpers import start_sl, start_together, wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +39,7 @@ def test_a_killed_node_is_skipped_and_the_rest_finish(sn: RunningSN, tmp_path: P
     slow = {"SLEEP_PER_BATCH": 0.15, "EPOCHS": 3, "MIN_PEERS": 2}
     nodes = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, **slow) for i in range(1, 4)]
     victim = nodes[2]
-    _wait_for_line(victim, "Finished Swarm merging round")
+    wait_for_line(victim, "Finished Swarm merging round")
     victim.kill()
     codes = [node.wait() for node in nodes[:2]]
     assert codes == [0, 0], [n.output()[-2000:] for n in nodes[:2]]
@@ -66,16 +65,9 @@ def test_two_trainings_under_different_contracts_both_finish(sn: RunningSN, tmp_
     assert len(alpha) == 1 and len(beta) == 1 and alpha != beta
 
 
-def _wait_for_line(node: RunningSL, text: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in node.output():
-        assert time.monotonic() < deadline, node.output()[-2000:]
-        time.sleep(0.2)
-
-
 def test_a_node_whose_model_differs_is_refused_naming_the_tensor(sn: RunningSN, tmp_path: Path) -> None:
     good = start_sl(sn, "sl-1", tmp_path, SEED=1, MIN_PEERS=2, SLEEP_PER_BATCH=0.2)
-    _wait_for_line(good, "joined contract")
+    wait_for_line(good, "joined contract")
     odd = start_sl(sn, "sl-2", tmp_path, SEED=2, MIN_PEERS=2, HIDDEN=32)
     assert odd.wait() != 0
     assert "tensor '0.weight' is float32[32, 8], the training's is float32[16, 8]" in odd.output()
@@ -149,17 +141,14 @@ async def _contract_view(sn: RunningSN, query: str) -> object:
 
 
 def test_a_node_sending_nan_is_left_out_and_the_swarm_finishes(sn: RunningSN, tmp_path: Path) -> None:
-    def start(uid: str, seed: int, **poison: object) -> RunningSL:
-        return start_sl(
-            sn, uid, tmp_path, SEED=seed, MIN_PEERS=2, EPOCHS=2, SLEEP_PER_BATCH=0.25, MERGE="coordmedian",
-            **poison,
-        )  # fmt: skip
-
-    # the broken site joins first, and training lasts a few seconds: with minPeers 2, two quick sites
-    # could otherwise finish before the third has started
-    broken = start("sl-1", 1, POISON="nan")
-    _wait_for_line(broken, "joined contract")
-    nodes = [broken, start("sl-2", 2), start("sl-3", 3)]
+    gate = {"START_GATE": tmp_path / "go"}
+    nodes = [
+        start_sl(
+            sn, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=2, EPOCHS=1, MERGE="coordmedian", **poison, **gate
+        )
+        for i, poison in ((1, {"POISON": "nan"}), (2, {}), (3, {}))
+    ]
+    start_together(nodes, gate["START_GATE"])
     codes = [node.wait() for node in nodes]
     assert codes == [0, 0, 0], [n.output()[-2000:] for n in nodes]
     digests = {node.final_digest() for node in nodes}
@@ -220,10 +209,14 @@ def test_a_leader_killed_right_after_the_final_round_merged_leaves_the_model_wit
     # The final round's leader records round.merged only once another participant took the merged model
     # over the data plane; killed right after (it kills itself), that participant serves it (issue 11).
     die = {"SWARM_DEBUG_KILL_AFTER_MERGED": "final"}
+    gate = tmp_path / "go"
     nodes = {
-        f"sl-{i}": start_sl(sn, f"sl-{i}", tmp_path, sl_env=die, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12)
+        f"sl-{i}": start_sl(
+            sn, f"sl-{i}", tmp_path, sl_env=die, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12, START_GATE=gate
+        )
         for i in range(1, 4)
     }
+    start_together(list(nodes.values()), gate)
     final = asyncio.run(_first_merged(sn, 90, final=True))
     leader = str(final["leader"])
     survivors = [n for uid, n in nodes.items() if uid != leader]
@@ -243,10 +236,15 @@ def test_a_leader_dying_after_handing_over_its_early_merge_is_replaced_by_a_node
     # others went on with that merge, so one of them must merge the round the ledger hands it, from the
     # rows pulled again. (Rounds of 2 after that death do not trigger it again.)
     die = {"SWARM_DEBUG_KILL_AFTER_MERGED": "early"}
+    gate = tmp_path / "go"
     nodes = [
-        start_sl(sn, f"sl-{i}", tmp_path, sl_env=die, SEED=i, MIN_PEERS=2, EPOCHS=2, BATCHES=24, SYNC_FREQ=2)
+        start_sl(
+            sn, f"sl-{i}", tmp_path, sl_env=die, SEED=i, MIN_PEERS=2, EPOCHS=2, BATCHES=24, SYNC_FREQ=2,
+            START_GATE=gate,
+        )
         for i in range(1, 4)
-    ]
+    ]  # fmt: skip
+    start_together(nodes, gate)
     try:
         codes = [n.wait() for n in nodes]
         dead = [n for n in nodes if "dying right after handing over the early merge" in n.output()]

@@ -51,6 +51,9 @@ callback = SwarmCallback(
     **(dp if env("DP_NOISE") else {}),
     **({"secureAggregation": True} if env("SECURE") else {}),
 )
+gate = env("START_GATE")  # tests: every node joins its contract before any starts training
+while gate and not Path(gate).exists():
+    time.sleep(0.05)
 callback.on_train_begin()
 fail_at = int(env("FAIL_AT_BATCH", "-1"))
 pause = float(env("SLEEP_PER_BATCH", "0"))
