@@ -127,6 +127,11 @@ async def _closed_before(following: _Following | None) -> None:
         task.result()
 
 
+def _participants(rnd: dict[str, Any]) -> tuple[str, ...]:
+    """A round's participants in one order (sorted), as predictions and early merges name them."""
+    return tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
+
+
 def _has_closed(view: dict[str, Any], number: int) -> bool:
     """Whether round ``number`` is past its close in a rounds view."""
     rnd = _find(view, number)
@@ -542,13 +547,11 @@ class RoundEngine:
             idle = leading is None or leading.done()
             leader = str(rnd.get("leader") or "")
             if self._last_close is None or self._last_close[0] < number:
-                self._last_close = (number, tuple(rnd.get("participants") or ()), leader)
+                self._last_close = (number, _participants(rnd), leader)
             if leader == self.uid and idle and number not in self._led_rounds:
                 leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
             elif leader and leader != self.uid and (not keep_own or rnd.get("final")):
-                await self._start_prefetch(
-                    leader, number, closed=tuple(sorted(rnd.get("participants") or ()))
-                )
+                await self._start_prefetch(leader, number, closed=_participants(rnd))
             return None, leading
         if status == "ABANDONED":
             log.warning("round %d was abandoned (%s); continuing with own model", number, rnd.get("reason"))
@@ -603,18 +606,13 @@ class RoundEngine:
     ) -> bool:
         """Round ``number`` once we went on from it early: True when nothing is left for us to do in it
         (it closed, and we merged it if we lead it; or it ended), False while it is open."""
-        if rnd is None:
-            return int((view.get("open") or {}).get("round") or 0) > number  # long gone from the views
-        status = rnd.get("status")
-        if status == "OPEN":
-            return False
-        if status == "CLOSED":
-            participants = tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
-            leader = str(rnd.get("leader") or "")
-            if self._last_close is None or self._last_close[0] <= number:
-                self._last_close = (number, participants, leader)
-            if leader == self.uid and number not in self._led_rounds:
-                await self._lead_safely(number, part.flat, going_on=False)
+        if rnd is None or rnd.get("status") != "CLOSED":
+            return _has_closed(view, number)  # open still, ended, or long gone from the views
+        leader = str(rnd.get("leader") or "")
+        if self._last_close is None or self._last_close[0] <= number:
+            self._last_close = (number, _participants(rnd), leader)
+        if leader == self.uid and number not in self._led_rounds:
+            await self._lead_safely(number, part.flat, going_on=False)
         return True
 
     async def _lead_replaced(self, view: dict[str, Any], current: int) -> None:
@@ -805,7 +803,13 @@ class RoundEngine:
             log.info("round %d: merged before its close, from the rows pushed to us", number)
             timer.mark("merge")
             return await self._conclude(
-                rnd, early.merged, early.manifest, early.contributors, early.excluded, going_on=going_on
+                rnd,
+                early.merged,
+                early.manifest,
+                early.contributors,
+                early.excluded,
+                timer,
+                going_on=going_on,
             )
         delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
         if delay > 0:  # fault injection for tests and demos of leader failure
@@ -828,7 +832,7 @@ class RoundEngine:
         timer.mark("merge")
         manifest = await self.holder.add(merged)
         timer.mark("hash_merged")
-        return await self._conclude(rnd, merged, manifest, contributors, excluded, going_on=going_on)
+        return await self._conclude(rnd, merged, manifest, contributors, excluded, timer, going_on=going_on)
 
     async def _conclude(
         self,
@@ -837,6 +841,7 @@ class RoundEngine:
         manifest: Manifest,
         contributors: list[str],
         excluded: list[Exclusion],
+        timer: RoundTimer,
         *,
         going_on: bool = True,
     ) -> RoundResult | None:
@@ -848,8 +853,7 @@ class RoundEngine:
         # participants pull it meanwhile: those that asked for it by round, and those that asked for a
         # merge of exactly these participants before the close
         self.holder.announce(self.contract, number, manifest.digest)
-        among = tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
-        self.holder.announce(self.contract, number, manifest.digest, among)
+        self.holder.announce(self.contract, number, manifest.digest, _participants(rnd))
         body = {
             "contract": self.contract,
             "round": number,
@@ -859,9 +863,9 @@ class RoundEngine:
         }
         self.rounds_led += 1
         if rnd.get("final"):  # one final digest on every node: the final round waits for the ledger
-            await self._hand_over(number, manifest.digest, rnd.get("participants") or [])
+            await self._hand_over(number, manifest.digest, rnd.get("participants") or [], timer)
             await self._record(body)
-            self._timer.mark("merged_tx")
+            timer.mark("merged_tx")
             if os.environ.get("SWARM_DEBUG_KILL_AFTER_MERGED") == "final":  # fault injection for tests
                 log.warning("SWARM_DEBUG_KILL_AFTER_MERGED: dying right after recording the final merge")
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -875,7 +879,9 @@ class RoundEngine:
         self.latest = result
         return result
 
-    async def _hand_over(self, number: int, digest: bytes, participants: Sequence[str]) -> None:
+    async def _hand_over(
+        self, number: int, digest: bytes, participants: Sequence[str], timer: RoundTimer
+    ) -> None:
         """Before recording a final round's merge, wait (at most ``FINAL_HANDOVER_WAIT`` s) until another
         participant took the merged model from our data plane (they ask for it as the round closes), so
         that a node alive holds the final digest should we die right after recording it. Dying before,
@@ -887,7 +893,7 @@ class RoundEngine:
         if not await self.served.wait(digest, others, FINAL_HANDOVER_WAIT):
             log.warning("round %d: no other participant took the final model from us within %g s; "
                         "recording it all the same", number, FINAL_HANDOVER_WAIT)  # fmt: skip
-        self._timer.mark("handover")
+        timer.mark("handover")
 
     async def _record(self, body: dict[str, Any]) -> None:
         """Submit ``round.merged``; a refusal or an outage is logged (the ledger's leader deadline then
@@ -1130,11 +1136,10 @@ class RoundEngine:
         early_merge = self._early_merges.get(int(rnd.get("round") or 0))
         if early_merge is None or self.offers is None:
             return None
-        prediction, task = early_merge
-        participants = tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
-        if prediction.number != rnd.get("round") or prediction.participants != participants:
+        prediction, task = early_merge  # keyed by its round: only the participants may differ
+        if prediction.participants != _participants(rnd):
             return None
-        others = [uid for uid in participants if uid != self.uid]
+        others = [uid for uid in prediction.participants if uid != self.uid]
         if not task.done() and not self.offers.coming(prediction.number, others):
             return None  # a participant pushed nothing for this round: no early merge can fit
         try:
