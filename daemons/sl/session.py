@@ -18,6 +18,7 @@ import numpy as np
 from daemons.attachment import Attachment
 from daemons.bus import BusError
 from daemons.ledger_client import LedgerClient, Rejected
+from daemons.settings import seconds_from_env
 from daemons.sl.merge import MERGE_METHODS, MergeOptions
 from daemons.sl.privacy.dp import DPError, DPSettings, SitePrivacy
 from daemons.sl.rounds import RoundEngine, RoundResult
@@ -371,12 +372,7 @@ class ProgressPacing:
 
 def progress_interval() -> float:
     """``SWARM_PROGRESS_INTERVAL`` seconds between progress reports (0: every sync), default 1."""
-    text = os.environ.get("SWARM_PROGRESS_INTERVAL", "").strip()
-    try:
-        return max(float(text), 0.0) if text else 1.0
-    except ValueError:
-        log.warning("SWARM_PROGRESS_INTERVAL=%r is not a number of seconds; using 1", text)
-        return 1.0
+    return seconds_from_env("SWARM_PROGRESS_INTERVAL", 1.0)
 
 
 def _number(value: Any) -> float | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from contracts.tx import Rejection
 from contracts.views import entity_view
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus
+from daemons.settings import seconds_from_env
 from daemons.sn.chainlog import ChainLog, ChainLogError
 from wire import CodecError, SignerLike, decode_envelope, encode_envelope, make_envelope
 
@@ -86,12 +86,7 @@ class _Pending:
 
 def hold_from_env() -> float:
     """``SWARM_SN_CHECKIN_HOLD`` seconds (0: seal every batch at once), default ``DEFAULT_HOLD``."""
-    text = os.environ.get("SWARM_SN_CHECKIN_HOLD", "").strip()
-    try:
-        return max(float(text), 0.0) if text else DEFAULT_HOLD
-    except ValueError:
-        log.warning("SWARM_SN_CHECKIN_HOLD=%r is not a number of seconds; using %g", text, DEFAULT_HOLD)
-        return DEFAULT_HOLD
+    return seconds_from_env("SWARM_SN_CHECKIN_HOLD", DEFAULT_HOLD)
 
 
 class Sealer:

@@ -1,0 +1,22 @@
+"""Settings a daemon reads from its environment, parsed one way: a bad value is logged and the default
+used, so that a typo never stops a daemon."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+__all__ = ["seconds_from_env"]
+
+log = logging.getLogger("swarm.settings")
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """Seconds in ``$name`` (0 or more; negative counts as 0), or ``default`` when unset, empty or not a
+    number (logged)."""
+    text = os.environ.get(name, "").strip()
+    try:
+        return max(float(text), 0.0) if text else default
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds; using %g", name, text, default)
+        return default
