@@ -291,21 +291,23 @@ class Offers:
     def coming(self, number: int, senders: Sequence[str]) -> bool:
         """Whether every one of ``senders`` pushed, or is pushing, a row for round ``number``."""
         return all(
-            self._for.get(uid, (None, None))[0] == number
+            self._named(uid) == number
             and (self._offered(uid, number) is not None or self._newest[uid] in self._arriving)
             for uid in senders
         )
 
+    def _named(self, sender: str) -> int | None:
+        """The round ``sender``'s newest offer is for (None: it named none, or pushed nothing)."""
+        return self._for.get(sender, (None, None))[0]
+
     def _broke_off(self, sender: str, number: int) -> bool:
         digest = self._newest.get(sender)
-        named = self._for.get(sender, (None, None))[0]
-        return named == number and digest not in self._models and digest not in self._arriving
+        return self._named(sender) == number and digest not in self._models and digest not in self._arriving
 
     def _offered(self, sender: str, number: int) -> Offered | None:
         digest = self._newest.get(sender)
-        named, weight = self._for.get(sender, (None, None))
-        flat = self._models.get(digest) if digest is not None and named == number else None
-        return None if digest is None or flat is None else Offered(digest, flat, weight)
+        flat = self._models.get(digest) if digest is not None and self._named(sender) == number else None
+        return None if digest is None or flat is None else Offered(digest, flat, self._for[sender][1])
 
     async def take(self, digest: bytes, timeout: float) -> FlatState | None:
         """The offered model ``digest``: at once when it is here, after up to ``timeout`` seconds when it

@@ -172,6 +172,15 @@ class _CannotMerge(Exception):
         self.excluded = list(excluded)
 
 
+async def _debug_merge_delay() -> None:
+    """Fault injection for tests and demos of leader failure: ``SWARM_DEBUG_MERGE_DELAY`` seconds of
+    waiting before each merge a leader makes (at the close, or early)."""
+    delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
+    if delay > 0:
+        log.warning("SWARM_DEBUG_MERGE_DELAY: waiting %g s before merging", delay)
+        await asyncio.sleep(delay)
+
+
 async def _stop(*tasks: asyncio.Task[Any] | None) -> None:
     """Cancel those of ``tasks`` that still run and wait for them to end; how they ended is theirs
     (each logs what matters)."""
@@ -811,10 +820,7 @@ class RoundEngine:
                 timer,
                 going_on=going_on,
             )
-        delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
-        if delay > 0:  # fault injection for tests and demos of leader failure
-            log.warning("SWARM_DEBUG_MERGE_DELAY: waiting %g s before merging", delay)
-            await asyncio.sleep(delay)
+        await _debug_merge_delay()
         excluded: list[Exclusion] = []
         if rnd.get("init") or all(checkins[uid].get("init") for uid in participants):
             merged, contributors = own, [self.uid]
@@ -1082,9 +1088,7 @@ class RoundEngine:
         offered = await self.offers.rows(number, others)
         if len(offered) < len(others):
             return None  # a push broke off: the round is led as usual
-        delay = float(os.environ.get("SWARM_DEBUG_MERGE_DELAY") or 0)
-        if delay > 0:  # fault injection, as in _lead
-            await asyncio.sleep(delay)
+        await _debug_merge_delay()
         rows = np.empty((len(participants), own.total), dtype=np.uint8)
         kept: dict[str, tuple[str, float | None]] = {}
         for i, uid in enumerate(participants):
