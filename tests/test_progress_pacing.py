@@ -38,3 +38,13 @@ def test_the_interval_comes_from_the_environment_and_a_bad_value_falls_back(
 ) -> None:
     monkeypatch.setenv("SWARM_PROGRESS_INTERVAL", text)
     assert progress_interval() == expected
+
+
+def test_an_epoch_end_report_counts_as_the_last_report_and_drops_an_older_left_out_sync() -> None:
+    pacing = ProgressPacing(interval=1.0)
+    assert pacing.due({"epochs_done": 0, "loss": 0.9}, now=0.0)
+    assert not pacing.due({"epochs_done": 0, "loss": 0.5}, now=0.3)
+    pacing.reported({"epochs_done": 1, "loss": 0.4}, now=0.4)  # the epoch's end, with its validation
+    assert pacing.unreported() is None
+    assert not pacing.due({"epochs_done": 1, "loss": 0.3}, now=0.6)  # same epoch, within the interval
+    assert pacing.due({"epochs_done": 1, "loss": 0.2}, now=1.5)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from contracts.ledger import Ledger
+from contracts.machine import DEFAULT_CONTRACT
 from daemons.bus import Bus, BusConfig
 from daemons.ledger_client import LedgerClient
-from tests.conftest import RunningSN
+from tests.conftest import RunningSN, start_sn
 from tests.swarm_helpers import start_sl, start_together, wait_for_line
 
 pytestmark = pytest.mark.slow
@@ -33,6 +35,28 @@ def test_three_nodes_finish_with_the_same_model(sn: RunningSN, tmp_path: Path) -
         assert "All peers and Swarm training rounds finished. Final Swarm model was loaded." in log
         assert (tmp_path / node.uid / "tiny_train_sw.log").exists()
         assert (tmp_path / node.uid / "scratch" / "final_model.pt").exists()
+
+
+def test_epoch_ends_do_not_wait_for_the_ledger_to_record_their_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SN holds a progress report until a round closes, here for up to 10 minutes: an ML program
+    # waiting at each epoch's end for its report would not finish within the wait below.
+    monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "600")
+    held = start_sn(tmp_path / "sn")
+    try:
+        node = start_sl(held, "sl-1", tmp_path, MIN_PEERS=1, EPOCHS=3, BATCHES=4, SYNC_FREQ=100)
+        assert node.wait(timeout=90) == 0, node.output()[-3000:]
+        assert node.final_digest() is not None
+    finally:
+        held.stop()
+    ledger = Ledger.open(tmp_path / "sn" / "ledger.db", verifier=None)
+    try:
+        member = ledger.state.contracts[DEFAULT_CONTRACT].members["sl-1"]
+    finally:
+        ledger.close()
+    assert (member.epochs_done, member.total_epochs, member.status) == (3, 3, "finished")
+    assert member.loss is not None  # the last epoch's validation loss, recorded with contract.done
 
 
 def test_a_killed_node_is_skipped_and_the_rest_finish(sn: RunningSN, tmp_path: Path) -> None:

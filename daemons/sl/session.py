@@ -87,7 +87,7 @@ class MLSession:
         self.final: RoundResult | None = None
         self.ended = False
         self.privacy: SitePrivacy | None = None  # differential privacy of this site's updates, when asked
-        self._report: asyncio.Task[None] | None = None  # the progress of the last sync, being recorded
+        self._report: asyncio.Task[None] | None = None  # the last progress report, being recorded
         self._reporting = ProgressPacing()  # which syncs' progress is worth a transaction
         self.refusal: str | None = None  # set by refuse(): every request is answered with it
         self._serving: set[asyncio.Task[Any]] = set()
@@ -193,7 +193,7 @@ class MLSession:
 
     async def _handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Reply:
         op = header.get("op")
-        if op not in ("begin", "sync", "end"):
+        if op == "hello":
             await self._reported()
         try:
             if op == "hello":
@@ -202,8 +202,9 @@ class MLSession:
                 return _error(f"{op!r} before 'hello': the SwarmCallback must open the session first")
             if op in ("begin", "sync", "end"):
                 return await self._exchange(str(op), header, _flat(header, payload))
-            if op == "progress":
-                await self._progress(header)
+            if op == "progress":  # an epoch's end: the ML program goes on while it is recorded
+                self._reporting.reported(header)
+                self._report_later(header)
                 return {"op": "ok"}, None
             return _error(f"unknown request {op!r}")
         except (Rejected, BusError):
@@ -288,14 +289,12 @@ class MLSession:
             # recorded while the ML program trains on and the next round starts (the SN seals it with
             # that round's check-ins); awaited at the end of the next request
             if self._reporting.due(header):
-                await self._reported()
-                self._report = asyncio.get_running_loop().create_task(self._progress(header))
+                self._report_later(header)
         else:
             unreported = self._reporting.unreported()
             if unreported is not None and op == "end" and self.privacy is None:
                 # the last loss and metric: sealed with our contract.done (the SN holds a report alone)
-                await self._reported()
-                self._report = asyncio.get_running_loop().create_task(self._progress(unreported))
+                self._report_later(unreported)
             mode = str(header.get("mode") or "snapshot")
             result = await self.engine.finish(flat, mode=mode, samples=samples, weight=weight)
             self.final, self.ended = result, True
@@ -317,15 +316,19 @@ class MLSession:
             "layout": [s.as_list() for s in result.flat.specs],
         }
 
+    def _report_later(self, header: dict[str, Any]) -> None:
+        """Record ``header``'s progress in the background, after the reports before it: the SN holds a
+        report until a round closes (up to its check-in hold), which the ML program must not wait for."""
+        self._report = asyncio.get_running_loop().create_task(self._progress_after(self._report, header))
+
+    async def _progress_after(self, previous: asyncio.Task[None] | None, header: dict[str, Any]) -> None:
+        await _settle_report(previous)
+        await self._progress(header)
+
     async def _reported(self) -> None:
-        """Wait for the progress report of the last sync; a failure to record it is only logged."""
+        """Wait for the progress reports in flight; a failure to record one is only logged."""
         report, self._report = self._report, None
-        if report is None:
-            return
-        try:
-            await report
-        except BusError as exc:  # Rejected too: a report is for watching, training goes on without it
-            log.warning("the progress of the last sync was not recorded: %s", exc)
+        await _settle_report(report)
 
     async def _progress(self, header: dict[str, Any]) -> None:
         if header.get("epochs_done") is None:
@@ -364,10 +367,26 @@ class ProgressPacing:
         self._pending = header
         return False
 
+    def reported(self, header: dict[str, Any], now: float | None = None) -> None:
+        """``header``'s progress (an epoch's end) is reported: it counts as the last report, and a sync's
+        left out before it is older news."""
+        self._last_at = time.monotonic() if now is None else now
+        self._last_epoch, self._pending = header.get("epochs_done"), None
+
     def unreported(self) -> dict[str, Any] | None:
         """The progress of the last sync that was not reported, if any (then forgotten)."""
         pending, self._pending = self._pending, None
         return pending
+
+
+async def _settle_report(report: asyncio.Task[None] | None) -> None:
+    """Wait for a progress report; a failure to record it is only logged."""
+    if report is None:
+        return
+    try:
+        await report
+    except BusError as exc:  # Rejected too: a report is for watching, training goes on without it
+        log.warning("a progress report was not recorded: %s", exc)
 
 
 def progress_interval() -> float:
