@@ -18,6 +18,7 @@ from wire import (
     encode_envelope,
     make_envelope,
 )
+from wire.limits import MAX_DEPTH, packb, unpackb
 
 
 class HmacSigner:
@@ -133,6 +134,24 @@ def test_deep_nesting_and_ext_types_are_refused() -> None:
     raw["b"] = msgpack.packb({"x": msgpack.ExtType(5, b"zz")})
     with pytest.raises(CodecError, match="extension"):
         decode_envelope(msgpack.packb(raw))
+
+
+def test_plain_data_is_checked_to_exactly_the_depth_limit_and_msgpack_timestamps_are_refused() -> None:
+    def nested(depth: int, inner: object) -> object:
+        for _ in range(depth):
+            inner = [inner]
+        return inner
+
+    assert unpackb(packb(nested(MAX_DEPTH, 1)), what="x") == nested(MAX_DEPTH, 1)
+    assert unpackb(packb(nested(MAX_DEPTH, {})), what="x") == nested(MAX_DEPTH, {})
+    for too_deep in (nested(MAX_DEPTH + 1, 1), nested(MAX_DEPTH, [{}]), nested(MAX_DEPTH, {"k": 2})):
+        with pytest.raises(CodecError, match=f"x: nested deeper than {MAX_DEPTH} levels"):
+            unpackb(packb(too_deep), what="x")
+    plain = {"s": "a", "b": b"b", "i": -1, "f": 0.5, "t": True, "n": None, "l": [[], {}]}
+    assert unpackb(packb(plain), what="x") == plain
+    stamped = msgpack.packb({"when": [msgpack.Timestamp(1, 0)]})
+    with pytest.raises(CodecError, match="x: value of type Timestamp is not allowed"):
+        unpackb(stamped, what="x")
 
 
 def test_oversize_message_is_refused_before_unpacking() -> None:

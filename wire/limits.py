@@ -55,18 +55,26 @@ def unpackb(data: bytes | memoryview, *, what: str, max_bytes: int = MAX_MESSAGE
     return obj
 
 
+_LEAF_TYPES = frozenset({str, bytes, int, float, bool, type(None)})  # what msgpack decodes, exactly
+
+
 def check_plain(obj: Any, *, what: str) -> None:
     """Check that ``obj`` holds only plain msgpack types and is at most MAX_DEPTH deep."""
+    # Exact types (msgpack makes no subclasses), and leaves are never stacked: this runs on every message.
     stack: list[tuple[Any, int]] = [(obj, 0)]
     while stack:
         value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise CodecError(f"{what}: nested deeper than {MAX_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-        elif value is None or isinstance(value, bool | int | float | str | bytes):
+        kind = type(value)
+        if kind is dict:
+            children: Any = value.values()
+        elif kind is list:
+            children = value
+        elif kind in _LEAF_TYPES:
             continue
         else:
-            raise CodecError(f"{what}: value of type {type(value).__name__} is not allowed")
+            raise CodecError(f"{what}: value of type {kind.__name__} is not allowed")
+        if depth >= MAX_DEPTH and len(children):
+            raise CodecError(f"{what}: nested deeper than {MAX_DEPTH} levels")
+        for child in children:
+            if type(child) not in _LEAF_TYPES:
+                stack.append((child, depth + 1))
