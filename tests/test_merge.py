@@ -366,6 +366,28 @@ def test_merge_flat_equals_merge_states(method: str) -> None:
     assert not out[~covered].any(), "padding must be zero"
 
 
+@pytest.mark.parametrize("method", MERGE_METHODS)
+def test_separate_row_buffers_merge_exactly_like_their_matrix(method: str) -> None:
+    rng = np.random.default_rng(12)
+    states, dtypes = mixed_states(rng, 5)
+    weights = rng.uniform(0.5, 2.0, 5).tolist()
+    rows, layout = pack(states, dtypes)
+    separate = [row.copy() for row in rows]  # buffers of their own, as a leader holds pushed rows
+    np.testing.assert_array_equal(
+        merge_flat(separate, layout, weights, method), merge_flat(rows, layout, weights, method)
+    )
+    validate_flat(separate, layout, weights, method)
+
+
+def test_large_separate_rows_span_many_blocks() -> None:
+    rng = np.random.default_rng(13)
+    states = [{"w": rng.standard_normal(300_000).astype(np.float32)} for _ in range(3)]
+    rows, layout = pack(states)
+    for method in ("mean", "trimmedmean", "geomedian"):
+        expected = merge_flat(rows, layout, [1, 2, 3], method)
+        np.testing.assert_array_equal(merge_flat(list(rows), layout, [1, 2, 3], method), expected)
+
+
 def sorted_lower_median(values: np.ndarray, weights: Sequence[float]) -> np.ndarray:
     """Vectorised oracle for large inputs: cumulative weights along the sorted peer axis."""
     w = np.asarray(weights, dtype=np.float64)
@@ -501,6 +523,17 @@ def test_flat_rows_and_out_errors() -> None:
         merge_flat(rows, layout, [1, 1], "mean", out=np.zeros(32, dtype=np.uint8))
     with pytest.raises(MergeError, match="must not share memory with rows"):
         merge_flat(rows, layout, [1, 1], "mean", out=rows[0])
+    a, b = np.zeros(64, dtype=np.uint8), np.zeros(64, dtype=np.uint8)
+    with pytest.raises(MergeError, match="must not share memory with rows"):
+        merge_flat([a, b], layout, [1, 1], "mean", out=b)
+    with pytest.raises(MergeError, match="row 1 has 128 bytes, row 0 has 64"):
+        merge_flat([a, np.zeros(128, dtype=np.uint8)], layout, [1, 1], "mean")
+    with pytest.raises(MergeError, match="row 1 must be a 1-D uint8 array, got float32 array of shape"):
+        merge_flat([a, np.zeros(16, dtype=np.float32)], layout, [1, 1], "mean")
+    with pytest.raises(MergeError, match="row 0 must be contiguous"):
+        merge_flat([np.zeros(128, dtype=np.uint8)[::2], a], layout, [1, 1], "mean")
+    with pytest.raises(MergeError, match="rows must be a 2-D uint8 array or a list of 1-D uint8 buffers"):
+        merge_flat([], layout, [], "mean")
 
 
 @pytest.mark.parametrize("weights", [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])

@@ -47,6 +47,7 @@ __all__ = [
     "MERGE_METHODS",
     "MergeError",
     "MergeOptions",
+    "Rows",
     "TensorLayout",
     "Weights",
     "find_non_finite",
@@ -60,6 +61,7 @@ __all__ = [
 TensorLayout: TypeAlias = tuple[str, str, tuple[int, ...], int, int]
 Weights: TypeAlias = Sequence[float] | npt.NDArray[Any]
 _Array: TypeAlias = npt.NDArray[Any]
+Rows: TypeAlias = npt.NDArray[Any] | Sequence[npt.NDArray[Any]]
 # A reducer maps a (peers, m) block to m merged values; it may write them into the second
 # argument (a view of the output in the block's own dtype, or None) and return that.
 _Reducer: TypeAlias = Callable[[_Array, "_Array | None"], _Array]
@@ -147,6 +149,32 @@ class _Span:
 
 
 @dataclass(frozen=True, slots=True)
+class _Peers:
+    """The peers' flat buffers: rows of one (peers, total) matrix, or separate buffers, which are never
+    copied into one (a 45 MB model's matrix of 4 is 180 MB of fresh pages): each column block is
+    stacked when it is reduced."""
+
+    rows: tuple[_Array, ...]
+    total: int
+    matrix: _Array | None = None
+
+    @property
+    def count(self) -> int:
+        """How many peers."""
+        return len(self.rows)
+
+    def block(self, start: int, stop: int) -> _Array:
+        """Bytes ``start:stop`` of every peer: a (peers, stop - start) uint8 array."""
+        if self.matrix is not None:
+            return self.matrix[:, start:stop]
+        return np.stack([row[start:stop] for row in self.rows])
+
+    def shares_memory(self, other: _Array) -> bool:
+        """Whether ``other`` overlaps any peer's buffer."""
+        return any(np.may_share_memory(other, row) for row in self.rows)
+
+
+@dataclass(frozen=True, slots=True)
 class _Gram:
     """Inner products of the peers' float vectors x_i around a centre c (their coordinate-wise median)."""
 
@@ -159,7 +187,7 @@ class _Gram:
 
 
 def merge_flat(
-    rows: _Array,
+    rows: Rows,
     layout: Sequence[TensorLayout],
     weights: Weights,
     method: str,
@@ -170,7 +198,8 @@ def merge_flat(
     """Merge flat model buffers, one peer per row.
 
     Args:
-        rows: (n_peers, total_bytes) uint8 matrix; every row has the same ``layout``.
+        rows: (n_peers, total_bytes) uint8 matrix, or one 1-D uint8 buffer of total_bytes per peer (not
+            copied into a matrix); every row has the same ``layout``.
         layout: ``(name, dtype, shape, offset, nbytes)`` of every tensor.
         weights: one non-negative weight per peer, not all zero.
         method: one of :data:`MERGE_METHODS`, any case.
@@ -184,13 +213,14 @@ def merge_flat(
     Raises:
         MergeError: the inputs are inconsistent or hold NaN/inf (named by tensor and peer).
     """
-    name, w, tensors = _plan(rows, layout, weights, method, options)
-    target = _out_buffer(out, rows)
+    peers = _peers(rows)
+    name, w, tensors = _plan(peers, layout, weights, method, options)
+    target = _out_buffer(out, peers)
     spans = _spans(tensors)
-    _require_finite(rows, spans, _peers_to_precheck(name, w))
-    _reduce(rows, target, spans, _reducers(name, rows, spans, w, options))
+    _require_finite(peers, spans, _peers_to_precheck(name, w))
+    _reduce(peers, target, spans, _reducers(name, peers, spans, w, options))
     _zero_gaps(target, tensors)
-    _check_result(target, rows, spans)
+    _check_result(target, peers, spans)
     return target
 
 
@@ -240,7 +270,7 @@ def validate_inputs(
 
 
 def validate_flat(
-    rows: _Array,
+    rows: Rows,
     layout: Sequence[TensorLayout],
     weights: Weights,
     method: str,
@@ -252,8 +282,9 @@ def validate_flat(
     Raises:
         MergeError: naming the first problem found.
     """
-    _, w, tensors = _plan(rows, layout, weights, method, options)
-    _require_finite(rows, _spans(tensors), range(len(w)))
+    peers = _peers(rows)
+    _, w, tensors = _plan(peers, layout, weights, method, options)
+    _require_finite(peers, _spans(tensors), range(len(w)))
 
 
 def find_non_finite(buffer: _Array, layout: Sequence[TensorLayout]) -> tuple[str, int] | None:
@@ -296,7 +327,7 @@ def _check_buffer(buffer: _Array) -> int:
 
 
 def _plan(
-    rows: _Array,
+    peers: _Peers,
     layout: Sequence[TensorLayout],
     weights: Weights,
     method: str,
@@ -304,9 +335,8 @@ def _plan(
 ) -> tuple[str, _Array, list[_Tensor]]:
     """Validate everything but the values; return method name, weights and sorted tensors."""
     name = _method_name(method)
-    _check_rows(rows)
-    w = _weights(weights, rows.shape[0])
-    tensors = _parse_layout(layout, rows.shape[1])
+    w = _weights(weights, peers.count)
+    tensors = _parse_layout(layout, peers.total)
     _check_method_fits(name, w, options)
     return name, w, tensors
 
@@ -319,10 +349,31 @@ def _method_name(method: str) -> str:
     return name
 
 
-def _check_rows(rows: _Array) -> None:
-    if not isinstance(rows, np.ndarray) or rows.dtype != np.uint8 or rows.ndim != 2:
-        got = f"{rows.dtype} array of shape {rows.shape}" if isinstance(rows, np.ndarray) else rows
-        raise MergeError(f"rows must be a 2-D uint8 array with one peer per row, got {got}")
+def _peers(rows: Rows) -> _Peers:
+    if isinstance(rows, np.ndarray):
+        _check_matrix(rows)
+        return _Peers(tuple(rows), int(rows.shape[1]), rows)
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence) or not rows:
+        raise MergeError(f"rows must be a 2-D uint8 array or a list of 1-D uint8 buffers, got {rows!r:.80}")
+    for peer, row in enumerate(rows):
+        if not isinstance(row, np.ndarray) or row.dtype != np.uint8 or row.ndim != 1:
+            got = (
+                f"{row.dtype} array of shape {row.shape}"
+                if isinstance(row, np.ndarray)
+                else type(row).__name__
+            )
+            raise MergeError(f"row {peer} must be a 1-D uint8 array, got {got}")
+        if row.shape[0] > 1 and row.strides[0] != 1:
+            raise MergeError(f"row {peer} must be contiguous (byte stride 1)")
+        if row.shape[0] != rows[0].shape[0]:
+            raise MergeError(f"row {peer} has {row.shape[0]} bytes, row 0 has {rows[0].shape[0]}")
+    return _Peers(tuple(rows), int(rows[0].shape[0]))
+
+
+def _check_matrix(rows: _Array) -> None:
+    if rows.dtype != np.uint8 or rows.ndim != 2:
+        raise MergeError(f"rows must be a 2-D uint8 array with one peer per row, got {rows.dtype} array "
+                         f"of shape {rows.shape}")  # fmt: skip
     if rows.shape[1] > 1 and rows.strides[1] != 1:
         raise MergeError("rows must be contiguous within each row (byte stride 1)")
 
@@ -397,15 +448,15 @@ def _parse_entry(entry: TensorLayout, total: int) -> _Tensor:
     return _Tensor(str(name), label, dims, int(offset), int(nbytes))
 
 
-def _out_buffer(out: _Array | None, rows: _Array) -> _Array:
-    total = rows.shape[1]
+def _out_buffer(out: _Array | None, peers: _Peers) -> _Array:
+    total = peers.total
     if out is None:
         return np.empty(total, dtype=np.uint8)
     if out.dtype != np.uint8 or out.shape != (total,) or not out.flags.c_contiguous:
         raise MergeError(
             f"out must be a contiguous uint8 array of {total} bytes, got {out.dtype} {out.shape}"
         )
-    if not out.flags.writeable or np.may_share_memory(out, rows):
+    if not out.flags.writeable or peers.shares_memory(out):
         raise MergeError("out must be writable and must not share memory with rows")
     return out
 
@@ -489,9 +540,9 @@ def _find_non_finite(buffer: _Array, spans: Sequence[_Span]) -> tuple[str, int] 
     return None
 
 
-def _require_finite(rows: _Array, spans: Sequence[_Span], peers: Iterable[int]) -> None:
+def _require_finite(rows: _Peers, spans: Sequence[_Span], peers: Iterable[int]) -> None:
     for peer in peers:
-        found = _find_non_finite(rows[peer], spans)
+        found = _find_non_finite(rows.rows[peer], spans)
         if found:
             raise MergeError(
                 f"tensor {found[0]!r} of peer {peer} has {found[1]} non-finite values (NaN or inf)"
@@ -505,11 +556,11 @@ def _peers_to_precheck(name: str, w: _Array) -> Iterable[int]:
     return range(len(w))
 
 
-def _check_result(out: _Array, rows: _Array, spans: Sequence[_Span]) -> None:
+def _check_result(out: _Array, rows: _Peers, spans: Sequence[_Span]) -> None:
     found = _find_non_finite(out, spans)
     if found is None:
         return
-    _require_finite(rows, spans, range(rows.shape[0]))
+    _require_finite(rows, spans, range(rows.count))
     raise MergeError(f"merged tensor {found[0]!r} overflowed to inf; the peers' values are too large")
 
 
@@ -612,20 +663,20 @@ def _f32_to_bf16(values: _Array) -> _Array:
 # --------------------------------------------------------------------------- merging
 
 
-def _reduce(rows: _Array, out: _Array, spans: Sequence[_Span], reducers: tuple[_Reducer, _Reducer]) -> None:
+def _reduce(rows: _Peers, out: _Array, spans: Sequence[_Span], reducers: tuple[_Reducer, _Reducer]) -> None:
     """Apply the float or the integer reducer block by block, writing into ``out``."""
     for span in spans:
         reduce = reducers[0] if span.is_float else reducers[1]
         native = span.label in _NATIVE_LABELS
         for a, b in _blocks(span.start, span.stop):
             target = out[a:b].view(_STORAGE[span.label]) if native else None
-            values = reduce(_decode(rows[:, a:b], span.label), target)
+            values = reduce(_decode(rows.block(a, b), span.label), target)
             if values is not target:
                 _encode(values, span.label, out[a:b])
 
 
 def _reducers(
-    name: str, rows: _Array, spans: Sequence[_Span], w: _Array, options: MergeOptions
+    name: str, rows: _Peers, spans: Sequence[_Span], w: _Array, options: MergeOptions
 ) -> tuple[_Reducer, _Reducer]:
     """Column reducers (peers, m) -> (m,) for float tensors and for integer/bool tensors.
 
@@ -756,7 +807,7 @@ def _order_pair(low: _Array, high: _Array, spare: _Array) -> None:
     low[...] = spare
 
 
-def _gram(rows: _Array, tensors: Sequence[_Tensor], weights: _Array) -> _Gram:
+def _gram(rows: _Peers, tensors: Sequence[_Tensor], weights: _Array) -> _Gram:
     """Inner products of the peers' float tensors around their coordinate-wise median, in float64.
 
     Centring on the median (of the peers with a positive weight) rather than the mean keeps the honest
@@ -769,7 +820,7 @@ def _gram(rows: _Array, tensors: Sequence[_Tensor], weights: _Array) -> _Gram:
     for tensor in tensors:
         step = _GRAM_COLUMNS * _STORAGE[tensor.label].itemsize
         for a, b in _blocks(tensor.offset, tensor.end, step):
-            x = _decode(rows[:, a:b], tensor.label).astype(np.float64)
+            x = _decode(rows.block(a, b), tensor.label).astype(np.float64)
             centre = np.partition(x[active], middle, axis=0)[middle]
             x -= centre
             g += x @ x.T

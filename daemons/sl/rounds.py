@@ -958,20 +958,20 @@ class RoundEngine:
         excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
         arrived = [i for i, why in enumerate(fetched) if why is None]
         weights = {uid: checkins[uid].get("weight") for uid in participants}
-        return await self._screen_and_merge(participants, rows, arrived, excluded, weights, own, need)
+        return await self._screen_and_merge(participants, list(rows), arrived, excluded, weights, own, need)
 
     async def _screen_and_merge(
         self,
         participants: list[str],
-        rows: np.ndarray,
+        rows: Sequence[np.ndarray],
         arrived: list[int],
         excluded: list[Exclusion],
         weights: dict[str, Any],
         own: FlatState,
         need: int,
     ) -> tuple[FlatState, list[str], list[Exclusion]]:
-        """Screen the ``arrived`` rows (indices into ``rows`` and ``participants``), leave out the
-        unusable ones and merge the rest with the participants' ``weights``.
+        """Screen the ``arrived`` rows (indices into ``rows``, one flat buffer per participant), leave
+        out the unusable ones and merge the rest with the participants' ``weights``.
 
         Raises:
             _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
@@ -994,10 +994,10 @@ class RoundEngine:
             reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
             raise _CannotMerge(reason, excluded)
         factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
-        matrix = rows[keep] if len(keep) < len(participants) else rows
+        kept_rows = [rows[i] for i in keep]  # no copy: merge_flat takes the buffers as they are
         try:
             buffer = await asyncio.to_thread(
-                merge_flat, matrix, layout, factors, self.merge_method, options=self.merge_options
+                merge_flat, kept_rows, layout, factors, self.merge_method, options=self.merge_options
             )
         except MergeError as exc:
             raise _CannotMerge(f"merge failed: {exc}", excluded) from None
@@ -1089,16 +1089,18 @@ class RoundEngine:
         if len(offered) < len(others):
             return None  # a push broke off: the round is led as usual
         await _debug_merge_delay()
-        rows = np.empty((len(participants), own.total), dtype=np.uint8)
+        rows: list[np.ndarray] = []  # the pushed buffers themselves: never copied on the event loop
         kept: dict[str, tuple[str, float | None]] = {}
-        for i, uid in enumerate(participants):
+        for uid in participants:
             if uid == self.uid:
-                rows[i], kept[uid] = own.buffer, (digest, weight)
+                rows.append(own.buffer)
+                kept[uid] = (digest, weight)
                 continue
             row = offered[uid]
             if row.flat.specs != own.specs:
                 return None
-            rows[i], kept[uid] = row.flat.buffer, (row.digest.hex(), row.weight)
+            rows.append(row.flat.buffer)
+            kept[uid] = (row.digest.hex(), row.weight)
         weights = {uid: w for uid, (_, w) in kept.items()}
         try:
             merged, contributors, excluded = await self._screen_and_merge(
