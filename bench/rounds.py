@@ -9,11 +9,13 @@ the 3 peers (the leader's ``round.merged`` is sealed meanwhile, except in the fi
 ML<->SL socket hops. The floor measured in the same run: the 6 model copies any round must move (3 to
 the leader, 3 back) over raw loopback TCP.
 
-The note says where the time went: the median of every step the SLs log per round
-(``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull (taking the pushed rows, or
-pulling), merge, hash_merged, merged_wait (a participant: from the close to the merged model in hand),
-load; merged_tx only where a round waits for it, the final one), the CPU seconds by process kind, and
-how many ledger blocks (durable writes) a round took.
+The note says where the time went: the CPU one round costs all processes together (the CPU of a run of
+the rounds of a case less that of a run of ``SHORT_ROUNDS``, per extra round: start-up cancels out; on
+C cores the mean round cannot take less wall time than that CPU / C), the median of every step the SLs
+log per round (``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull (taking the
+pushed rows, or pulling), merge, hash_merged, merged_wait (a participant: from the close to the merged
+model in hand), load; merged_tx only where a round waits for it, the final one), the CPU seconds by
+process kind, and how many ledger blocks (durable writes) a round took.
 
 Run: ``.venv/bin/python bench/rounds.py``.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -45,7 +48,8 @@ __all__ = ["SwarmRun", "measure", "round_latency", "run", "step_medians", "swarm
 
 STANDIN = ROOT / "bench" / "standin_ml.py"
 PEERS = 4
-CASES = ((1.6, 20), (45.0, 8))  # (model MB, rounds)
+CASES = ((1.6, 20), (45.0, 12))  # (model MB, rounds)
+SHORT_ROUNDS = 3  # the run whose CPU is subtracted: start-up, init round and end
 TIMEOUT_S = 240.0
 
 
@@ -164,16 +168,27 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
     nbytes = int(model_mb * MB)
     ws = ROOT / "bench" / "results" / "rounds.tmp"
     swarm = swarm_rounds(ws, peers, nbytes, rounds)
+    short = swarm_rounds(ws, peers, nbytes, SHORT_ROUNDS)
     shutil.rmtree(ws, ignore_errors=True)
+    cpu_per_round = (swarm.cpu_total - short.cpu_total) / (rounds - SHORT_ROUNDS)
     floor = 2 * (peers - 1) * nbytes / loopback_tcp_rate(nbytes, repeat=15)
     return {
         "model_mb": model_mb,
         "latency_s": round_latency(swarm.nodes),
         "floor_s": floor,
         "rounds": rounds,
-        "cpu": f"{swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
+        "cpu": f"{_per_round_note(cpu_per_round)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
+        "cpu_per_round_s": cpu_per_round,
         "steps": steps_note(swarm.steps),
     }
+
+
+def _per_round_note(cpu_s: float) -> str:
+    cores = os.cpu_count() or 1
+    return (
+        f"CPU per round {cpu_s * 1000:.0f} ms, all processes together (on {cores} cores the mean round "
+        f"takes at least {cpu_s * 1000 / cores:.0f} ms)"
+    )
 
 
 def run() -> list[dict[str, Any]]:
