@@ -24,7 +24,7 @@ from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
-from daemons.sl.merge import MergeError, MergeOptions, merge_flat
+from daemons.sl.merge import MergeError, MergeOptions, Rows, merge_flat
 from daemons.sl.roundtimes import RoundTimer
 from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
 from daemons.sl.secure_round import SecureRounds, round_info
@@ -958,20 +958,20 @@ class RoundEngine:
         excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
         arrived = [i for i, why in enumerate(fetched) if why is None]
         weights = {uid: checkins[uid].get("weight") for uid in participants}
-        return await self._screen_and_merge(participants, list(rows), arrived, excluded, weights, own, need)
+        return await self._screen_and_merge(participants, rows, arrived, excluded, weights, own, need)
 
     async def _screen_and_merge(
         self,
         participants: list[str],
-        rows: Sequence[np.ndarray],
+        rows: Rows,
         arrived: list[int],
         excluded: list[Exclusion],
         weights: dict[str, Any],
         own: FlatState,
         need: int,
     ) -> tuple[FlatState, list[str], list[Exclusion]]:
-        """Screen the ``arrived`` rows (indices into ``rows``, one flat buffer per participant), leave
-        out the unusable ones and merge the rest with the participants' ``weights``.
+        """Screen the ``arrived`` rows (indices into ``rows``: a matrix or a list of flat buffers, one per
+        participant), leave out the unusable ones and merge the rest with the participants' ``weights``.
 
         Raises:
             _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
@@ -994,7 +994,7 @@ class RoundEngine:
             reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
             raise _CannotMerge(reason, excluded)
         factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
-        kept_rows = [rows[i] for i in keep]  # no copy: merge_flat takes the buffers as they are
+        kept_rows = rows if len(keep) == len(rows) else [rows[i] for i in keep]  # views, never a copy
         try:
             buffer = await asyncio.to_thread(
                 merge_flat, kept_rows, layout, factors, self.merge_method, options=self.merge_options
