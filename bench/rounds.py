@@ -178,7 +178,6 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
         "floor_s": floor,
         "rounds": rounds,
         "cpu": f"{_per_round_note(cpu_per_round)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
-        "cpu_per_round_s": cpu_per_round,
         "steps": steps_note(swarm.steps),
     }
 

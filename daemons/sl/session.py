@@ -287,7 +287,7 @@ class MLSession:
         elif op == "sync":
             result = await self.engine.sync(flat, samples=samples, weight=weight)
             # recorded while the ML program trains on and the next round starts (the SN seals it with
-            # that round's check-ins); awaited at the end of the next request
+            # that round's check-ins); awaited at the end of the next begin or end
             if self._reporting.due(header):
                 self._report_later(header)
         else:
