@@ -16,6 +16,7 @@ from wire.tensors import (
     ALIGN,
     FlatState,
     Reassembler,
+    chunk_digest,
     decode_chunk,
     iter_chunks,
     make_manifest,
@@ -80,6 +81,16 @@ def test_same_weights_give_same_digest_and_different_weights_do_not() -> None:
     state["half"][0] += 1
     d3 = make_manifest(flat_of(state), "c").digest
     assert d1 == d2 != d3
+
+
+def test_chunks_are_hashed_with_blake3_as_the_protocol_says() -> None:
+    # the test vector of "abc" from the BLAKE3 reference; a peer hashing otherwise refuses every chunk
+    expected = "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"
+    assert chunk_digest(b"abc").hex() == expected
+    flat = flat_of({"w": np.arange(3 * CHUNK // 4, dtype=np.float32)})
+    raw = flat.buffer.tobytes()
+    manifest = make_manifest(flat, "t", chunk_size=CHUNK)
+    assert list(manifest.chunks) == [chunk_digest(raw[i : i + CHUNK]) for i in range(0, len(raw), CHUNK)]
 
 
 def test_chunks_in_any_order_with_duplicates_and_manifest_last() -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import socket
@@ -41,7 +40,7 @@ import numpy as np
 from daemons.bus.transfer import StateHolder, TransferError, digest_hex
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
-from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_body
+from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, chunk_digest, manifest_from_body
 
 __all__ = [
     "DataPlaneClient",
@@ -718,15 +717,11 @@ async def _receive_verified(
         done_now = manifest.n_chunks if filled == manifest.total else filled // size
         for index in range(done_before, done_now):
             part = view[index * size : (index + 1) * size]
-            checks.append(asyncio.ensure_future(asyncio.to_thread(_sha256, part)))
+            checks.append(asyncio.ensure_future(asyncio.to_thread(chunk_digest, part)))
     digests = await asyncio.gather(*checks)
     corrupt = [i for i, d in enumerate(digests) if d != manifest.chunks[i]]
     if corrupt:
         raise CodecError(f"chunks {corrupt[:10]} do not match the manifest")
-
-
-def _sha256(data: memoryview) -> bytes:
-    return hashlib.sha256(data).digest()
 
 
 # ------------------------------------------------------------------------------------------ settings
