@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from daemons.bus.transfer import StateHolder, TransferError, digest_hex
+from daemons.sl.buffers import MODEL_BUFFERS
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, chunk_digest, manifest_from_body
@@ -488,7 +489,7 @@ class DataPlaneServer:
         self.offers.arriving(request.sender, manifest.digest, request.offer_round, request.offer_weight)
         flat = None
         try:
-            buffer = np.empty(manifest.total, dtype=np.uint8)
+            buffer = MODEL_BUFFERS.take(manifest.total)
             await _receive_verified(reader, buffer, manifest, _REQUEST_TIMEOUT)
             flat = FlatState(manifest.tensors, buffer)
         finally:
@@ -675,7 +676,7 @@ class DataPlaneClient:
         if digest is not None and manifest.digest != digest:
             raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
         reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
-        buffer = spare if reuse and spare is not None else np.empty(manifest.total, dtype=np.uint8)
+        buffer = spare if reuse and spare is not None else MODEL_BUFFERS.take(manifest.total)
         await _receive_verified(conn.reader, buffer, manifest, idle)
         return FlatState(manifest.tensors, buffer), manifest
 

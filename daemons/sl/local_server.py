@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from daemons.sl.buffers import MODEL_BUFFERS
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 from wire.shared import SharedBuffer
@@ -129,7 +130,7 @@ class LocalServer:
 
 async def _copy(source: np.ndarray, *, into: np.ndarray | None = None) -> np.ndarray:
     """``source`` copied (into ``into``, or a new array); big ones off the event loop."""
-    out = np.empty_like(source) if into is None else into
+    out = MODEL_BUFFERS.take(source.nbytes) if into is None else into
     if source.nbytes <= _COPY_INLINE:
         np.copyto(out, source)
     else:

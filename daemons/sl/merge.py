@@ -40,6 +40,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from daemons.sl.buffers import MODEL_BUFFERS
 from wire.tensors import DTYPES
 
 __all__ = [
@@ -451,7 +452,7 @@ def _parse_entry(entry: TensorLayout, total: int) -> _Tensor:
 def _out_buffer(out: _Array | None, peers: _Peers) -> _Array:
     total = peers.total
     if out is None:
-        return np.empty(total, dtype=np.uint8)
+        return MODEL_BUFFERS.take(total)
     if out.dtype != np.uint8 or out.shape != (total,) or not out.flags.c_contiguous:
         raise MergeError(
             f"out must be a contiguous uint8 array of {total} bytes, got {out.dtype} {out.shape}"

@@ -23,6 +23,7 @@ from contracts.rounds import leader_order
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
+from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, Rows, merge_flat
 from daemons.sl.roundtimes import RoundTimer
@@ -947,7 +948,7 @@ class RoundEngine:
         Raises:
             _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
         """
-        rows = np.empty((len(participants), own.total), dtype=np.uint8)
+        rows = MODEL_BUFFERS.take_rows(len(participants), own.total)
         fetched = await asyncio.gather(
             *(
                 self._fetch_row(uid, checkins[uid]["digest"], rows[i], own)
