@@ -39,9 +39,10 @@ import numpy as np
 
 from daemons.bus.transfer import StateHolder, TransferError, digest_hex
 from daemons.sl.buffers import MODEL_BUFFERS
+from daemons.sl.receive import receive_verified
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
-from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, chunk_digest, manifest_from_body
+from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_body
 
 __all__ = [
     "DataPlaneClient",
@@ -490,7 +491,7 @@ class DataPlaneServer:
         flat = None
         try:
             buffer = MODEL_BUFFERS.take(manifest.total)
-            await _receive_verified(reader, buffer, manifest, _REQUEST_TIMEOUT)
+            await receive_verified(reader, writer, buffer, manifest, _REQUEST_TIMEOUT)
             flat = FlatState(manifest.tensors, buffer)
         finally:
             self.offers.arrived(manifest.digest, flat)
@@ -677,7 +678,7 @@ class DataPlaneClient:
             raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
         reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
         buffer = spare if reuse and spare is not None else MODEL_BUFFERS.take(manifest.total)
-        await _receive_verified(conn.reader, buffer, manifest, idle)
+        await receive_verified(conn.reader, conn.writer, buffer, manifest, idle)
         return FlatState(manifest.tensors, buffer), manifest
 
 
@@ -697,32 +698,6 @@ async def _send_offer(
         raise CodecError(f"the peer refused: {str(header.get('message'))[:500]}")
     if header["op"] != "taken":
         raise CodecError(f"data plane answer to an offer: op {header['op']!r}; expected 'taken'")
-
-
-async def _receive_verified(
-    reader: asyncio.StreamReader, buffer: np.ndarray, manifest: Manifest, idle: float
-) -> None:
-    """Read ``manifest.total`` bytes into ``buffer``, hashing each chunk (off the loop) as it completes."""
-    view = buffer.data.cast("B")
-    size = manifest.chunk_size
-    checks: list[asyncio.Future[bytes]] = []
-    filled = 0
-    while filled < manifest.total:
-        async with asyncio.timeout(idle):
-            data = await reader.read(min(manifest.total - filled, _STREAM_LIMIT))
-        if not data:
-            raise asyncio.IncompleteReadError(b"", manifest.total - filled)
-        view[filled : filled + len(data)] = data
-        done_before = filled // size
-        filled += len(data)
-        done_now = manifest.n_chunks if filled == manifest.total else filled // size
-        for index in range(done_before, done_now):
-            part = view[index * size : (index + 1) * size]
-            checks.append(asyncio.ensure_future(asyncio.to_thread(chunk_digest, part)))
-    digests = await asyncio.gather(*checks)
-    corrupt = [i for i, d in enumerate(digests) if d != manifest.chunks[i]]
-    if corrupt:
-        raise CodecError(f"chunks {corrupt[:10]} do not match the manifest")
 
 
 # ------------------------------------------------------------------------------------------ settings
