@@ -21,6 +21,7 @@ from daemons.gpus import cuda_env, visible_gpus
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args, node_uid
 from daemons.logs import LOG_FORMAT, setup_logging
 from daemons.rundir import build_run_dir, parse_mount, settle
+from daemons.sl.malloc import keep_freed_memory
 from daemons.sl.mlprocess import MLSpec
 from daemons.sl.node import SLNode, SLOptions
 
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     for note in options.meta.pop("mount_notes", []):
         logging.getLogger("swarm.sl").warning("%s", note)
     _add_program_log(program_log(options.ml))
+    keep_freed_memory()
     try:
         return asyncio.run(_main(SLNode(options)))
     except BusConnectError as exc:  # no broker, or a certificate mismatch: the message says which
