@@ -75,6 +75,7 @@ _NATIVE_LABELS = frozenset({"float32", "float64"})  # computed in their own prec
 _ALIGN = 64  # tensor offsets in a flat buffer are multiples of this
 _BLOCK_BYTES = 1 << 17  # bytes per peer per step: fits in cache, and BLAS stays on one thread
 _GRAM_COLUMNS = 1 << 12  # columns per Gram product: small enough that BLAS keeps it on one thread
+_MAX_ITEMSIZE = 8  # bytes of the widest dtype a Gram block reads
 _PAIRWISE_MAX_PEERS = 16  # weighted median by pairwise comparison up to this many peers
 _PAIRWISE_COLUMNS = 1 << 14  # columns per pairwise chunk, so its temporaries stay in cache
 _BUBBLE_MAX_SWAPS = 128  # trimmed mean by partial bubble sort while 2 * cut * n is at most this
@@ -158,6 +159,7 @@ class _Peers:
     rows: tuple[_Array, ...]
     total: int
     matrix: _Array | None = None
+    scratch: _Array | None = None  # (peers, widest block) that separate rows are stacked into
 
     @property
     def count(self) -> int:
@@ -168,7 +170,10 @@ class _Peers:
         """Bytes ``start:stop`` of every peer: a (peers, stop - start) uint8 array."""
         if self.matrix is not None:
             return self.matrix[:, start:stop]
-        return np.stack([row[start:stop] for row in self.rows])
+        if self.scratch is None or stop - start > self.scratch.shape[1]:
+            return np.stack([row[start:stop] for row in self.rows])
+        # the caller is done with the previous block: its memory is used again, not allocated
+        return np.stack([row[start:stop] for row in self.rows], out=self.scratch[:, : stop - start])
 
     def shares_memory(self, other: _Array) -> bool:
         """Whether ``other`` overlaps any peer's buffer."""
@@ -368,7 +373,8 @@ def _peers(rows: Rows) -> _Peers:
             raise MergeError(f"row {peer} must be contiguous (byte stride 1)")
         if row.shape[0] != rows[0].shape[0]:
             raise MergeError(f"row {peer} has {row.shape[0]} bytes, row 0 has {rows[0].shape[0]}")
-    return _Peers(tuple(rows), int(rows[0].shape[0]))
+    widest = max(_BLOCK_BYTES, _GRAM_COLUMNS * _MAX_ITEMSIZE)
+    return _Peers(tuple(rows), int(rows[0].shape[0]), scratch=np.empty((len(rows), widest), dtype=np.uint8))
 
 
 def _check_matrix(rows: _Array) -> None:
