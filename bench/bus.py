@@ -136,7 +136,7 @@ def transfer_rows(repeat: int = 3) -> list[dict[str, Any]]:
         make_row(
             f"{STATE_MB} MB state dict holder→mosquitto→fetcher", rate / MB, "MB/s",
             "raw loopback TCP (sendall→recv_into)", tcp / MB, target="ratio >= 0.15",
-            note="pulled transfer between 2 processes: 2 MiB chunks, SHA-256 verified, best of 3",
+            note="pulled transfer between 2 processes: 2 MiB chunks, BLAKE3 verified, best of 3",
         ),
         make_row(
             "control request/reply round trip", rtt * 1000, "ms", "raw TCP ping-pong (200 B)", raw_rtt * 1000,
@@ -172,7 +172,7 @@ def codec_rows() -> list[dict[str, Any]]:
     base = "memcpy (np.copyto) of the same bytes"
     return [
         make_row(
-            f"encode {STATE_MB} MB (flatten+SHA-256+chunk)", enc / MB, "MB/s", base, memcpy / MB,
+            f"encode {STATE_MB} MB (flatten+BLAKE3+chunk)", enc / MB, "MB/s", base, memcpy / MB,
             note="best of 5, in process",
         ),
         make_row(

@@ -9,9 +9,10 @@ the 3 peers (the leader's ``round.merged`` is sealed meanwhile, except in the fi
 ML<->SL socket hops. The floor measured in the same run: the 6 model copies any round must move (3 to
 the leader, 3 back) over raw loopback TCP.
 
-The note says where the time went: the CPU one round costs all processes together (the CPU of a run of
-the rounds of a case less that of a run of ``SHORT_ROUNDS``, per extra round: start-up cancels out; on
-C cores the mean round cannot take less wall time than that CPU / C), the median of every step the SLs
+The note says where the time went: the CPU one round costs all processes together (the CPU every
+process of the run used between the first node's round 2 and its round R-1, read from ``/proc`` while
+they run, per round: start-up, the init round and the end stay out; on C cores the mean round cannot
+take less wall time than that CPU / C), the median of every step the SLs
 log per round (``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull (taking the
 pushed rows, or pulling), merge, hash_merged, merged_wait (a participant: from the close to the merged
 model in hand), load; merged_tx only where a round waits for it, the final one), the CPU seconds by
@@ -48,19 +49,56 @@ __all__ = ["SwarmRun", "measure", "round_latency", "run", "step_medians", "swarm
 
 STANDIN = ROOT / "bench" / "standin_ml.py"
 PEERS = 4
-CASES = ((1.6, 20), (45.0, 12))  # (model MB, rounds)
-SHORT_ROUNDS = 3  # the run whose CPU is subtracted: start-up, init round and end
+CASES = ((1.6, 60), (45.0, 20))  # (model MB, rounds)
+_LOG_TAIL = 8192  # bytes of an SL's log read to find its last round
 TIMEOUT_S = 240.0
 
 
-def _wait_all(procs: Processes, names: list[str], timeout: float) -> None:
-    """Wait until every named process exits; RuntimeError naming the first that failed or hung."""
+class _RoundCpu:
+    """The CPU of every process of the run between two rounds of the first node, sampled from ``/proc``
+    while they run (the SL logs each round's steps when it ends)."""
+
+    def __init__(self, procs: Processes, name: str, last: int) -> None:
+        self._log, self._last = procs.log_path(name), last
+        self._pids: list[int] = []  # every process of the run, once all have started (by round 2)
+        self.first: tuple[int, float] | None = None
+        self.latest: tuple[int, float] | None = None
+
+    def sample(self) -> None:
+        """Note the round the node has ended and the CPU so far, between round 2 and round R-1."""
+        done = self._rounds_done()
+        if not 2 <= done < self._last or (self.latest is not None and self.latest[0] == done):
+            return
+        self._pids = self._pids or descendants(os.getpid())
+        self.latest = (done, sum(cpu_seconds(pid) for pid in self._pids))
+        if self.first is None:
+            self.first = self.latest
+
+    def _rounds_done(self) -> int:
+        """The last round in the node's log (its tail: reading it all would cost the cores measured)."""
+        with self._log.open("rb") as log:
+            log.seek(max(log.seek(0, os.SEEK_END) - _LOG_TAIL, 0))
+            tail = log.read().decode(errors="replace")
+        return max((s[0] for s in map(parse_steps, tail.splitlines()) if s), default=0)
+
+    def per_round(self) -> float | None:
+        """CPU seconds per round between the first and the latest sample; None without two."""
+        if self.first is None or self.latest is None or self.latest[0] == self.first[0]:
+            return None
+        return (self.latest[1] - self.first[1]) / (self.latest[0] - self.first[0])
+
+
+def _wait_all(procs: Processes, names: list[str], timeout: float, cpu: _RoundCpu | None = None) -> None:
+    """Wait until every named process exits (sampling ``cpu`` meanwhile); RuntimeError naming the first
+    that failed or hung."""
     deadline = time.monotonic() + timeout
     for name in names:
         proc = procs.started[name]
         while proc.poll() is None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name} still runs after {timeout:g} s:\n{procs.output(name)[-2000:]}")
+            if cpu is not None:
+                cpu.sample()
             time.sleep(0.1)
         if proc.returncode != 0:
             raise RuntimeError(f"{name} exited with {proc.returncode}:\n{procs.output(name)[-2000:]}")
@@ -74,6 +112,7 @@ class SwarmRun:
     cpu_sn: float
     cpu_broker: float
     cpu_total: float
+    cpu_per_round: float | None  # every process, in the middle of the run (``_RoundCpu``)
     steps: dict[str, float]
     blocks: int  # blocks the SN sealed with a round.* or contract.progress transaction
 
@@ -115,14 +154,15 @@ def swarm_rounds(
                 "SEED": i, "RESULT": ws / f"{name}.json", **(extra_env or {}),
             }  # fmt: skip
             start_sl(procs, port, name, program=STANDIN, work=ws / "runs", env=env)
-        _wait_all(procs, names, TIMEOUT_S + 2 * peers)
+        cpu = _RoundCpu(procs, names[0], rounds)
+        _wait_all(procs, names, TIMEOUT_S + 2 * peers, cpu)
         sn = procs.started["sn"].pid
         cpu_sn = cpu_seconds(sn)
         cpu_broker = sum(cpu_seconds(pid) for pid in descendants(sn))
     nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
     steps = step_medians([procs.output(name) for name in names])
     blocks = round_blocks(ws / "sn" / "ledger.db")
-    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, steps, blocks)
+    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, cpu.per_round(), steps, blocks)
 
 
 def round_blocks(path: Path) -> int:
@@ -168,21 +208,21 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
     nbytes = int(model_mb * MB)
     ws = ROOT / "bench" / "results" / "rounds.tmp"
     swarm = swarm_rounds(ws, peers, nbytes, rounds)
-    short = swarm_rounds(ws, peers, nbytes, SHORT_ROUNDS)
     shutil.rmtree(ws, ignore_errors=True)
-    cpu_per_round = (swarm.cpu_total - short.cpu_total) / (rounds - SHORT_ROUNDS)
     floor = 2 * (peers - 1) * nbytes / loopback_tcp_rate(nbytes, repeat=15)
     return {
         "model_mb": model_mb,
         "latency_s": round_latency(swarm.nodes),
         "floor_s": floor,
         "rounds": rounds,
-        "cpu": f"{_per_round_note(cpu_per_round)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
+        "cpu": f"{_per_round_note(swarm.cpu_per_round)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
         "steps": steps_note(swarm.steps),
     }
 
 
-def _per_round_note(cpu_s: float) -> str:
+def _per_round_note(cpu_s: float | None) -> str:
+    if cpu_s is None:
+        return "CPU per round not sampled (the run was too short)"
     cores = os.cpu_count() or 1
     return (
         f"CPU per round {cpu_s * 1000:.0f} ms, all processes together (on {cores} cores the mean round "
