@@ -111,6 +111,20 @@ async def test_a_sender_that_stops_halfway_is_an_incomplete_read() -> None:
             await receive_verified(r, w, np.empty(manifest.total, dtype=np.uint8), manifest, idle=5)
 
 
+async def test_a_sender_that_closed_before_the_model_is_read_is_an_incomplete_read_at_once() -> None:
+    flat, manifest = _model(4 << 20)
+
+    async def part(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(flat.buffer.tobytes()[: CHUNK + CHUNK // 2])
+        await writer.drain()
+        writer.close()
+
+    async with _connected(part) as (r, w):
+        await asyncio.sleep(0.2)  # the bytes and the end are in the stream before the model is read
+        with pytest.raises(asyncio.IncompleteReadError):
+            await receive_verified(r, w, np.empty(manifest.total, dtype=np.uint8), manifest, idle=10)
+
+
 async def test_a_sender_that_goes_quiet_times_out() -> None:
     flat, manifest = _model(4 << 20)
     stop = asyncio.Event()

@@ -40,6 +40,7 @@ async def receive_verified(
     filled = await _take_buffered(reader, view, manifest.total)
     checks.up_to(filled)
     if filled < manifest.total:
+        _check_open(reader, manifest.total - filled)
         into = _Into(view, filled, writer.transport)
         try:
             while not into.complete:
@@ -58,6 +59,15 @@ async def _take_buffered(reader: asyncio.StreamReader, view: memoryview, total: 
     if held:
         view[:held] = await reader.readexactly(held)  # at once: the bytes are there
     return held
+
+
+def _check_open(reader: asyncio.StreamReader, missing: int) -> None:
+    """Raise what ended the stream already (the transport reports nothing more once it has)."""
+    error = reader.exception()
+    if error is not None:
+        raise error
+    if reader.at_eof():
+        raise asyncio.IncompleteReadError(b"", missing)
 
 
 class _ChunkChecks:
