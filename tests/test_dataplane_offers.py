@@ -256,3 +256,29 @@ def test_a_pinned_row_outlives_the_holders_capacity_until_unpinned() -> None:
     holder.unpin(models[0][1].digest)
     holder.keep(*_model(30, 4096))
     assert holder.get(models[0][1].digest) is None
+
+
+async def test_a_pull_of_an_earlier_round_neither_blocks_nor_stands_in_for_this_rounds() -> None:
+    # a pull of round 5's merge left running must not keep the pull of round 6 (same leader, same
+    # participants) from starting, nor be awaited as round 6's model
+    engine = _engine(None)
+    engine.dataplane = cast(Any, SimpleNamespace())
+    asked: list[int] = []
+    never = asyncio.Event()
+
+    async def pull(_leader: str, number: int, _among: tuple[str, ...] | None) -> None:
+        asked.append(number)
+        await never.wait()
+
+    engine._prefetch_from = pull  # type: ignore[method-assign,assignment]
+    members = ("sl-1", "sl-2")
+    await engine._start_prefetch("sl-2", 5, closed=members)
+    await asyncio.sleep(0)
+    stale = engine._prefetch
+    await engine._start_prefetch("sl-2", 6, closed=members)
+    await asyncio.sleep(0)
+    assert asked == [5, 6]
+    assert stale is not None and stale.task.cancelled()
+    async with asyncio.timeout(1):  # not the fetch timeout: the pull is of another round
+        assert await engine._prefetched("aa" * 32, 7, final=True) is None
+    assert engine._prefetch is None

@@ -15,7 +15,7 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,9 +34,15 @@ from wire.tensors import FlatState, Manifest, TensorSpec, make_manifest
 
 __all__ = ["RoundEngine", "RoundResult"]
 
-# A pull of a leader's merged model: the leader, the pull, and the participants it asked a merge of
-# before the close (None: whatever merge the leader records after it)
-_Prefetch = tuple[str, "asyncio.Task[tuple[FlatState, Manifest] | None]", tuple[str, ...] | None]
+
+class _Prefetch(NamedTuple):
+    """A pull of a leader's merged model of round ``number``."""
+
+    leader: str
+    task: asyncio.Task[tuple[FlatState, Manifest] | None]
+    among: tuple[str, ...] | None  # the participants it asked a merge of before the close, or None
+    number: int
+
 
 log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
@@ -460,7 +466,7 @@ class RoundEngine:
         assert prediction is not None  # noqa: S101 - only predicted rounds go early
         raw = bytes.fromhex(result.digest)
         self.checked_in.pop(raw, None)  # a merged model is anyone's to fetch
-        if self._prefetch is not None and self._prefetch[1].done():
+        if self._prefetch is not None and self._prefetch.task.done():
             self._prefetch = None
         self.latest = part.gone_early = result
         self._unconfirmed[prediction.number] = result.digest
@@ -647,7 +653,7 @@ class RoundEngine:
             return None
         if leading is not None:
             return leading
-        return self._prefetch[1] if self._prefetch is not None else None
+        return self._prefetch.task if self._prefetch is not None else None
 
     def _early(
         self, rnd: dict[str, Any] | None, leading: asyncio.Task[RoundResult | None] | None, keep_own: bool
@@ -659,9 +665,13 @@ class RoundEngine:
         if leading is not None:
             return leading.result() if leading.done() and not leading.cancelled() else None
         pending = self._prefetch
-        if pending is None or pending[0] != rnd.get("leader") or not pending[1].done():
+        if (
+            pending is None
+            or (pending.leader, pending.number) != (rnd.get("leader"), int(rnd.get("round") or 0))
+            or not pending.task.done()
+        ):
             return None
-        got = None if pending[1].cancelled() else pending[1].result()
+        got = None if pending.task.cancelled() else pending.task.result()
         if got is None:
             return None  # kept, done: we wait for the ledger's record and pull then
         self._prefetch = None
@@ -1067,11 +1077,11 @@ class RoundEngine:
             log.exception("pushing our model to %s failed", leader)
             return None
         closed = self._last_close is not None and self._last_close[0] >= prediction.number
-        if not fetch or self._prefetch is not None or closed:
+        if not fetch or closed or (self._prefetch is not None and self._prefetch.number == prediction.number):
             return None
         await self._start_prefetch(leader, prediction.number, among=prediction.participants)
         pending = self._prefetch
-        got = await asyncio.shield(pending[1]) if pending is not None else None
+        got = await asyncio.shield(pending.task) if pending is not None else None
         if got is None:
             return None
         merged, merged_manifest = got
@@ -1178,12 +1188,14 @@ class RoundEngine:
         participants, a pull asked before it is kept only when it named the same ones."""
         current = self._prefetch
         if self.dataplane is None or (
-            current is not None and current[0] == leader and current[2] in (None, closed)
+            current is not None
+            and (current.leader, current.number) == (leader, number)
+            and current.among in (None, closed)
         ):
             return
-        await self._stop_prefetch()
+        await self._stop_prefetch()  # a pull of another round or leader is of no use any more
         task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number, among))
-        self._prefetch = (leader, task, among)
+        self._prefetch = _Prefetch(leader, task, among, number)
 
     async def _prefetch_from(
         self, leader: str, number: int, among: tuple[str, ...] | None
@@ -1206,16 +1218,19 @@ class RoundEngine:
         pending, self._prefetch = self._prefetch, None
         if pending is None:
             return None
+        if pending.number != number:  # a pull of an earlier round, left running: not this model
+            await _stop(pending.task)
+            return None
         try:
             async with asyncio.timeout(self.fetch_timeout):
-                got = await pending[1]
+                got = await pending.task
         except TimeoutError:
             return None
         if got is None:
             return None
         flat, manifest = got
         if manifest.digest.hex() != digest:
-            log.warning("round %d: %s sent model %s early, the ledger says %s", number, pending[0],
+            log.warning("round %d: %s sent model %s early, the ledger says %s", number, pending.leader,
                         manifest.digest.hex()[:16], digest[:16])  # fmt: skip
             return None
         self.holder.keep(flat, manifest)
@@ -1225,7 +1240,7 @@ class RoundEngine:
 
     async def _stop_prefetch(self) -> None:
         pending, self._prefetch = self._prefetch, None
-        await _stop(pending[1] if pending is not None else None)
+        await _stop(pending.task if pending is not None else None)
 
     # -------------------------------------------------------------- pulling
     async def _pull(
