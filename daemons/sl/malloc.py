@@ -4,8 +4,8 @@ Each round an SL allocates and frees buffers of megabytes: what asyncio's transp
 being sent, the frames' bytes. glibc's malloc serves blocks above 128 KiB with fresh ``mmap`` and
 ``munmap``s them when freed, and gives back its heap's free top beyond 128 KiB, so each round's buffers
 arrive as new pages that the kernel must zero: 113,000 page faults in 3 s of 45 MB rounds across the 4
-SLs of ``bench/rounds.py``, 58 with the settings below (``/proc/<pid>/stat``). Model-sized buffers are
-recycled by ``daemons/sl/buffers.py``; above 32 MiB malloc still maps memory of its own.
+SLs of ``bench/rounds.py``, 1,800 with the settings below (``/proc/<pid>/stat``). Model-sized buffers
+are recycled by ``daemons/sl/buffers.py``; above 32 MiB malloc still maps memory of its own.
 """
 
 from __future__ import annotations
