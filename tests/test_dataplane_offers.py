@@ -22,7 +22,7 @@ from daemons.sl.dataplane import (
     encode_offer,
     encode_result_request,
 )
-from daemons.sl.rounds import RoundEngine
+from daemons.sl.rounds import RoundEngine, RoundResult, _Part
 from wire import CodecError
 from wire.frames import encode_frame_head, header_length
 from wire.tensors import FlatState, Manifest, make_manifest
@@ -282,3 +282,27 @@ async def test_a_pull_of_an_earlier_round_neither_blocks_nor_stands_in_for_this_
     async with asyncio.timeout(1):  # not the fetch timeout: the pull is of another round
         assert await engine._prefetched("aa" * 32, 7, final=True) is None
     assert engine._prefetch is None
+
+
+async def test_a_round_we_went_on_from_early_is_followed_until_our_lead_of_it_recorded_its_merge() -> None:
+    # we began leading round 7 at its close, then went on with our early merge of it: the next view of
+    # the round must not end the follow (whose end cancels the lead) before the lead recorded the merge,
+    # else no one records it and the others wait out the leader's deadline
+    engine = _engine(None)
+    engine._led_rounds = [7]  # as _lead_safely marks it when it begins
+    recorded = asyncio.Event()
+
+    async def lead() -> RoundResult | None:
+        await asyncio.sleep(0.05)  # the ledger query, then round.merged submitted
+        recorded.set()
+        return None
+
+    leading = asyncio.get_running_loop().create_task(lead())
+    flat, manifest = _model(1, 4096)
+    part = _Part(flat, manifest, {}, keep_own=False, public=False, previous=None, prediction=None)
+    part.gone_early = RoundResult(flat, manifest.digest.hex(), 7)
+    rnd = {"round": 7, "status": "CLOSED", "leader": "sl-1", "participants": ["sl-1", "sl-2"]}
+    view = {"open": {"round": 8, "status": "OPEN"}, "closed": [rnd], "finished": []}
+    result, _ = await engine._follow_step(part, view, rnd, 7, leading)
+    assert result is part.gone_early
+    assert recorded.is_set() and leading.done() and not leading.cancelled()

@@ -594,6 +594,10 @@ class RoundEngine:
     ) -> tuple[RoundResult | None, asyncio.Task[RoundResult | None] | None]:
         """React to the latest view of our round; a result ends the follow."""
         if part.gone_early is not None:
+            if leading is not None:
+                # We began leading this round at its close and then went on with our early merge: the
+                # lead records that merge; ending the follow now would cancel it unrecorded.
+                await asyncio.wait((leading,))
             done = await self._after_early(view, rnd, number, part)
             return (part.gone_early if done else None), leading
         result, leading = await self._step(rnd, number, part.flat, part.digest, part.keep_own, leading)
@@ -893,7 +897,8 @@ class RoundEngine:
         if not going_on:
             return None
         result = RoundResult(merged, manifest.digest.hex(), number)
-        self.latest = result
+        if self.latest is None or (self.latest.round or 0) <= number:  # not when we went on past it
+            self.latest = result
         return result
 
     async def _hand_over(
