@@ -13,6 +13,7 @@ import pytest
 
 from certs import client_context, init_swarm, server_context
 from daemons.bus.transfer import StateHolder, TransferError
+from daemons.sl import dataplane
 from daemons.sl.dataplane import (
     DataPlaneClient,
     DataPlaneServer,
@@ -254,3 +255,52 @@ async def test_the_servers_check_refuses_a_peer_by_name_and_sees_what_it_claims(
             await leader.close()
     assert asked == [(manifest.digest, "sl-spy", None), (manifest.digest, "sl-leader", None)]
     assert holder.served[manifest.digest] == {"sl-leader"}
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced_not_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # rounds further apart than the server's idle timeout: the kept connection is closed at the other
+    # end; the next pull must open a new one, not fail (and send the pull through the broker)
+    monkeypatch.setattr(dataplane, "_REQUEST_TIMEOUT", 0.2)
+    holder = _holder()
+    flat = _model()
+    manifest = _held(holder, flat)
+    offers = dataplane.Offers()
+    async with DataPlaneServer(holder, "127.0.0.1", offers=offers) as server:
+        client = DataPlaneClient("sl-2")
+        endpoint = server.endpoint("127.0.0.1")
+        try:
+            for _ in range(2):
+                got, _manifest = await client.fetch(endpoint, manifest.digest)
+                assert np.array_equal(got.buffer, flat.buffer)
+                await client.offer(endpoint, flat, manifest, number=3, weight=1.0)
+                await asyncio.sleep(0.6)  # the server closed both connections meanwhile
+                assert not server._handlers
+        finally:
+            await client.close()
+
+
+async def test_a_connection_idle_near_the_servers_timeout_is_not_reused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a request sent just as the server times the connection out would find it closed: the client
+    # opens a new one once a kept connection has been idle for half the server's timeout
+    monkeypatch.setattr(dataplane, "_REUSE_WITHIN", 0.2)
+    holder = _holder()
+    flat = _model(4096)
+    manifest = _held(holder, flat)
+    async with DataPlaneServer(holder, "127.0.0.1") as server:
+        client = DataPlaneClient("sl-2")
+        endpoint = server.endpoint("127.0.0.1")
+        try:
+            await client.fetch(endpoint, manifest.digest)
+            first = next(iter(client._connections.values()))
+            await client.fetch(endpoint, manifest.digest)
+            assert next(iter(client._connections.values())) is first  # reused at once
+            await asyncio.sleep(0.3)
+            await client.fetch(endpoint, manifest.digest)
+            assert next(iter(client._connections.values())) is not first
+            assert first.writer.is_closing()
+        finally:
+            await client.close()

@@ -64,6 +64,7 @@ log = logging.getLogger("swarm.sl.dataplane")
 _STREAM_LIMIT = 4 << 20  # read buffer of a connection
 _SEND_SLICE = 4 << 20
 _REQUEST_TIMEOUT = 30.0  # an idle connection waits this long for its next request
+_REUSE_WITHIN = _REQUEST_TIMEOUT / 2  # a client reuses a kept connection idle for less than this
 _DIGEST_BYTES = 32
 _MAX_UID = 256
 _MAX_ROUND = 2**53
@@ -522,6 +523,16 @@ class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     lock: asyncio.Lock
+    used_at: float  # the loop's time of its last use
+
+    def reusable(self, now: float) -> bool:
+        """Whether a next request may go over this connection: open at both ends, and idle for less
+        than the server waits (a request sent as it times out would find the connection closed)."""
+        if self.writer.is_closing():
+            return False
+        if self.lock.locked():
+            return True  # in use now: the next request waits for its lock
+        return not self.reader.at_eof() and now - self.used_at < _REUSE_WITHIN
 
 
 class DataPlaneClient:
@@ -572,6 +583,7 @@ class DataPlaneClient:
         async with conn.lock:
             try:
                 await _send_offer(conn, head, flat, manifest, idle_timeout)
+                conn.used_at = asyncio.get_running_loop().time()
             except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
                 self._drop(endpoint, conn)
                 why = exc if str(exc) else type(exc).__name__
@@ -618,7 +630,9 @@ class DataPlaneClient:
         conn = await self._connection(endpoint, _MODELS if digest is not None else _RESULTS)
         async with conn.lock:
             try:
-                return await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
+                got = await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
+                conn.used_at = asyncio.get_running_loop().time()
+                return got
             except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
                 self._drop(endpoint, conn)
                 why = exc if str(exc) else type(exc).__name__
@@ -632,8 +646,11 @@ class DataPlaneClient:
         their own (``_RESULTS``), so that they never hold up the pulls and pushes of ``_MODELS``."""
         key = (endpoint, lane)
         conn = self._connections.get(key)
-        if conn is not None and not conn.writer.is_closing():
+        now = asyncio.get_running_loop().time()
+        if conn is not None and conn.reusable(now):
             return conn
+        if conn is not None:
+            self._drop(endpoint, conn)
         try:
             async with asyncio.timeout(self.connect_timeout):
                 reader, writer = await asyncio.open_connection(
@@ -649,7 +666,7 @@ class DataPlaneClient:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = self._connections[key] = _Connection(reader, writer, asyncio.Lock())
+        conn = self._connections[key] = _Connection(reader, writer, asyncio.Lock(), now)
         return conn
 
     def _drop(self, endpoint: Endpoint, conn: _Connection) -> None:
