@@ -22,6 +22,7 @@ class RoundTimer:
     def __init__(self) -> None:
         self._last = time.perf_counter()
         self.steps: dict[str, float] = {}
+        self._reported = False
 
     def mark(self, step: str) -> None:
         """``step`` ended now; its duration is the time since the previous mark (summed if repeated)."""
@@ -30,7 +31,11 @@ class RoundTimer:
         self._last = now
 
     def report(self, number: int | None) -> None:
-        """Log the steps of round ``number`` (at INFO, one line)."""
+        """Log the steps of round ``number`` (at INFO, one line), once: the ledger's round and the early
+        merge may both end a round, a moment apart."""
+        if self._reported:
+            return
+        self._reported = True
         text = " ".join(f"{name}={seconds * 1000:.2f}ms" for name, seconds in self.steps.items())
         log.info("round %s steps: %s", number, text)
 

@@ -1,0 +1,25 @@
+"""A round's steps timed on one node: one line per round, read back by ``bench/rounds.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemons.sl.roundtimes import RoundTimer, parse_steps
+
+
+def test_a_round_is_reported_once_and_its_line_parses(caplog: pytest.LogCaptureFixture) -> None:
+    timer = RoundTimer()
+    timer.mark("hash")
+    timer.mark("checkin")
+    timer.mark("hash")  # a repeated step adds up
+    with caplog.at_level("INFO", logger="swarm.sl.rounds.steps"):
+        timer.report(7)
+        timer.mark("early")
+        timer.report(7)  # the early merge ended the round a moment after the ledger's round did
+    assert len(caplog.records) == 1
+    parsed = parse_steps(caplog.records[0].getMessage())
+    assert parsed is not None
+    number, steps = parsed
+    assert number == 7 and list(steps) == ["hash", "checkin"]
+    assert all(ms >= 0 for ms in steps.values())
+    assert parse_steps("round x steps: hash=1ms") is None
