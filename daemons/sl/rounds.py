@@ -846,7 +846,9 @@ class RoundEngine:
             )
         else:
             try:
-                merged, contributors, excluded = await self._merge_round(participants, checkins, own, need)
+                merged, contributors, excluded = await self._merge_round(
+                    participants, checkins, own, need, timer
+                )
             except _CannotMerge as exc:
                 await self._fail(number, exc)
                 return None
@@ -956,7 +958,12 @@ class RoundEngine:
         await self.ledger.submit("round.failed", body)
 
     async def _merge_round(
-        self, participants: list[str], checkins: dict[str, dict[str, Any]], own: FlatState, need: int
+        self,
+        participants: list[str],
+        checkins: dict[str, dict[str, Any]],
+        own: FlatState,
+        need: int,
+        timer: RoundTimer,
     ) -> tuple[FlatState, list[str], list[Exclusion]]:
         """Fetch every participant's row, leave out the unusable ones and merge the rest.
 
@@ -970,7 +977,7 @@ class RoundEngine:
                 for i, uid in enumerate(participants)
             )
         )
-        self._timer.mark("pull")
+        timer.mark("pull")
         excluded = [Exclusion(uid, why) for uid, why in zip(participants, fetched, strict=True) if why]
         arrived = [i for i, why in enumerate(fetched) if why is None]
         weights = {uid: checkins[uid].get("weight") for uid in participants}
