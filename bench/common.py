@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import socket
@@ -20,6 +21,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 MB = 1_000_000
+
+
+def quick_flag(description: str, quick_help: str) -> bool:
+    """Whether ``--quick`` was given on the command line (``--help`` says what the script does; an
+    argument it does not know stops it with a usage line rather than running it in full)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    return bool(parser.parse_args().quick)
 
 
 def best_of(fn: Callable[[], object], repeat: int = 5) -> float:

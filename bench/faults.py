@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, make_row, print_rows
+from bench.common import ROOT, make_row, print_rows, quick_flag
 from bench.processes import Processes, descendants
 from bench.swarm_setup import CONTRACT, SWARM, ledger_session, start_sn
 from contracts import Ledger
@@ -498,7 +498,8 @@ def run(quick: bool = False, only: tuple[Callable[[Path], Outcome], ...] = ()) -
 def main() -> None:
     """Print the table."""
     title = f"Fault matrix: {PEERS} SLs (tiny torch program), one fault per row"
-    print_rows(title, run("--quick" in sys.argv))
+    quick = quick_flag(title, "three rows only")
+    print_rows(title, run(quick))
 
 
 def all_rows() -> tuple[Callable[[Path], Outcome], ...]:

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import make_row, print_rows
+from bench.common import make_row, print_rows, quick_flag
 from daemons.sl.merge import MergeOptions, TensorLayout, merge_flat
 from daemons.sl.screening import merge_weights, required_rows, screen
 
@@ -198,7 +198,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the table."""
-    print_rows("One bad peer: final accuracy on load_digits, poisoned vs clean", run("--quick" in sys.argv))
+    title = "One bad peer: final accuracy on load_digits, poisoned vs clean"
+    print_rows(title, run(quick_flag(title, "the first peer count only")))
 
 
 if __name__ == "__main__":
