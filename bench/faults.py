@@ -389,11 +389,13 @@ def sn_read_only(work: Path) -> Outcome:
 
 
 def _fill(path: Path) -> None:
-    """Write ``path`` until its disk is full."""
-    with path.open("ab") as out, contextlib.suppress(OSError):
+    """Write ``path`` until its disk is full.
+
+    Unbuffered: a buffered file keeps the bytes the full disk refused and raises again on close.
+    """
+    with path.open("ab", buffering=0) as out, contextlib.suppress(OSError):
         while True:
-            out.write(b"\0" * 65536)
-            out.flush()
+            out.write(bytes(65536))
 
 
 def broker_kill(work: Path) -> Outcome:

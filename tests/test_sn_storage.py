@@ -31,10 +31,11 @@ class SmallDisk:
         self.filler = where / "filler"
 
     def fill(self) -> None:
-        with self.filler.open("ab") as out, contextlib.suppress(OSError):
+        # Unbuffered: a buffered file keeps the bytes a full disk refused and raises again when it
+        # closes, which depends on how much space was left (what the SN had written) modulo its chunk.
+        with self.filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):
             while True:
-                out.write(b"\0" * 65536)
-                out.flush()
+                out.write(bytes(65536))
 
     def empty(self) -> None:
         self.filler.unlink(missing_ok=True)
