@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -65,6 +66,16 @@ def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
 def _swarm_sn(data_dir: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "daemons.cli", "sn", "--sentinel", "--data-dir", str(data_dir)]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_small_disk_fills_up_whatever_space_was_taken_before(small_disk: SmallDisk) -> None:
+    # what the SN wrote before varies; the fill must neither raise nor leave space, whatever is left
+    taken = small_disk.path / "taken"
+    for size in (0, 4096, 40960, 65536, 69632):
+        taken.write_bytes(bytes(size))
+        small_disk.fill()
+        assert os.statvfs(small_disk.path).f_bavail == 0, size
+        small_disk.empty()
 
 
 def test_a_read_only_data_directory_is_one_line(small_disk: SmallDisk) -> None:
