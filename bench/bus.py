@@ -19,7 +19,17 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import MB, ROOT, best_of, loopback_tcp_rate, machine, make_row, memcpy_rate, print_rows
+from bench.common import (
+    MB,
+    ROOT,
+    bench_parser,
+    best_of,
+    loopback_tcp_rate,
+    machine,
+    make_row,
+    memcpy_rate,
+    print_rows,
+)
 from daemons.broker import BrokerSettings, ManagedBroker
 from daemons.bus import Bus, BusConfig, RemoteError
 from daemons.bus.transfer import fetch_state
@@ -188,6 +198,8 @@ def run() -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    """Print the table (and the machine it ran on)."""
+    bench_parser(__doc__).parse_args()
     print_rows("bus and codec", run())
     print(f"\nmachine: {json.dumps(machine())}")
 

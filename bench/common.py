@@ -23,10 +23,27 @@ if str(ROOT) not in sys.path:
 MB = 1_000_000
 
 
+def bench_parser(description: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line: ``--help`` says what it measures (the first paragraph of
+    ``description``, its module docstring), and an argument it does not know stops it with a usage line
+    rather than running it in full."""
+    return argparse.ArgumentParser(description=(description or "").split("\n\n")[0].strip())
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not above 0")
+    return value
+
+
 def quick_flag(description: str, quick_help: str) -> bool:
-    """Whether ``--quick`` was given on the command line (``--help`` says what the script does; an
-    argument it does not know stops it with a usage line rather than running it in full)."""
-    parser = argparse.ArgumentParser(description=description)
+    """Whether ``--quick`` was given on the command line (see ``bench_parser``)."""
+    parser = bench_parser(description)
     parser.add_argument("--quick", action="store_true", help=quick_help)
     return bool(parser.parse_args().quick)
 

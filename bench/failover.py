@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import itertools
 
 from bench.bus import HOLDER, NETWORK, STATE_MB, _fetch_rate, make_state
-from bench.common import MB, ROOT, make_row, print_rows
+from bench.common import MB, ROOT, bench_parser, make_row, print_rows
 from bench.processes import Processes
 from bench.rounds import STANDIN, round_latency, swarm_rounds
 from bench.swarm_setup import SWARM, start_sn
@@ -312,5 +312,11 @@ def run() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Print the rows."""
+    bench_parser(__doc__).parse_args()
     print_rows("failover and the clustered bus", run())
+
+
+if __name__ == "__main__":
+    main()

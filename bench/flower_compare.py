@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, make_row, print_rows
+from bench.common import ROOT, bench_parser, make_row, positive_int, print_rows
 from bench.processes import Processes
 from bench.swarm import node_data
 from bench.swarm_setup import (
@@ -342,9 +342,16 @@ def run(rounds: int = ROUNDS, epochs: int = LOCAL_EPOCHS) -> list[dict[str, Any]
 
 def main() -> None:
     """Print the comparison."""
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS
-    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else LOCAL_EPOCHS
-    print_rows("swarm vs Flower", run(rounds, epochs))
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "rounds", nargs="?", type=positive_int, default=ROUNDS, help="merges (default %(default)s)"
+    )
+    parser.add_argument(
+        "epochs", nargs="?", type=positive_int, default=LOCAL_EPOCHS,
+        help="local epochs between merges (default %(default)s)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    print_rows("swarm vs Flower", run(args.rounds, args.epochs))
 
 
 if __name__ == "__main__":

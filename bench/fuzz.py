@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import make_row, print_rows
+from bench.common import bench_parser, make_row, positive_int, print_rows
 from tests import test_fuzz_boundaries as fuzz
 
 __all__ = ["run"]
@@ -118,5 +118,15 @@ def run(total: int = MIN_TOTAL, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def main() -> None:
+    """Print the rows."""
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "cases", nargs="?", type=positive_int, default=MIN_TOTAL,
+        help="how many cases in all (default %(default)s)",
+    )  # fmt: skip
+    print_rows("fuzzing", run(parser.parse_args().cases))
+
+
 if __name__ == "__main__":
-    print_rows("fuzzing", run(int(sys.argv[1]) if len(sys.argv) > 1 else MIN_TOTAL))
+    main()

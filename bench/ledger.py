@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import ROOT, machine, print_table
+from bench.common import ROOT, bench_parser, machine, positive_int, print_table
 from bench.ledger_core import seal_and_reopen
 from certs import Signer, Verifier, init_swarm
 from contracts.ledger import Ledger
@@ -318,7 +318,12 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client_main(sys.argv[2:])
         return
-    n_tx = int(sys.argv[1]) if len(sys.argv) > 1 else N_TX
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "transactions", nargs="?", type=positive_int, default=N_TX,
+        help="how many transactions to seal (default %(default)s)",
+    )  # fmt: skip
+    n_tx = parser.parse_args().transactions
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     rows = run(n_tx)

@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import make_row
+from bench.common import bench_parser, make_row, positive_int
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT
 from contracts.rounds import leader_order
@@ -186,8 +186,23 @@ def run(n_tx: int = 100_000, batch: int = 200) -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the numbers against their targets (>= 1,000 tx/s sealed; open < 5 s for 100,000 tx)."""
-    n_tx = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    batch = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "transactions",
+        nargs="?",
+        type=positive_int,
+        default=100_000,
+        help="how many transactions to seal (default %(default)s)",
+    )
+    parser.add_argument(
+        "batch",
+        nargs="?",
+        type=positive_int,
+        default=200,
+        help="transactions per block (default %(default)s)",
+    )
+    args = parser.parse_args()
+    n_tx, batch = args.transactions, args.batch
     result = measure(n_tx, batch)
     print(f"signatures: {result['keys']}")
     print(f"sealed {result['n_tx']:,} transactions in {result['blocks']:,} blocks of up to {batch}")

@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import make_row
+from bench.common import bench_parser, make_row
 from daemons.sl.merge import MergeOptions, TensorLayout, merge_flat
 
 __all__ = ["measure", "run"]
@@ -133,6 +133,7 @@ def run() -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the table."""
+    bench_parser(__doc__).parse_args()
     rows = measure()
     print(f"merge of {PEERS} peers; ratio = merge input B/s / memcpy B/s (target: mean >= 0.5)")
     header = ("model", "tensors", "method", "time ms", "input GB/s", "memcpy GB/s", "ratio")

@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import MB, ROOT, loopback_tcp_rate, make_row, print_rows
+from bench.common import MB, ROOT, bench_parser, loopback_tcp_rate, make_row, print_rows
 from bench.processes import Processes, cpu_seconds, descendants
 from bench.swarm_setup import start_sl, start_sn
 from contracts.block import decode_block
@@ -246,5 +246,11 @@ def run() -> list[dict[str, Any]]:
     return rows
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Print the rows."""
+    bench_parser(__doc__).parse_args()
     print_rows("sync-round latency", run())
+
+
+if __name__ == "__main__":
+    main()

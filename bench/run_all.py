@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, ROW_KEYS, machine, print_rows
+from bench.common import ROOT, ROW_KEYS, bench_parser, machine, print_rows
 
 __all__ = ["BENCHMARKS", "main", "met", "render_markdown", "run_benchmarks"]
 
@@ -179,11 +179,15 @@ def write(report: dict[str, Any], folder: Path = RESULTS) -> tuple[Path, Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run, print the table, write the files; exit status 1 when a benchmark failed."""
-    names = list(sys.argv[1:] if argv is None else argv)
-    unknown = sorted(set(names) - {n for n, _ in BENCHMARKS})
+    known = [n for n, _ in BENCHMARKS]
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "names", nargs="*", metavar="BENCHMARK", help=f"one of {', '.join(known)} (default: all)"
+    )
+    names = list(parser.parse_args(argv).names)
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        print(f"unknown benchmarks {unknown}; known: {[n for n, _ in BENCHMARKS]}", file=sys.stderr)
-        return 2
+        parser.error(f"no benchmark {', '.join(unknown)}; the benchmarks are {', '.join(known)}")
     report = run_benchmarks(names)
     print_rows(f"open Swarm Learning benchmarks ({report['wall_s']:.0f} s)", report["rows"])
     md, js = write(report)

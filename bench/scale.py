@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, make_row, print_rows
+from bench.common import ROOT, bench_parser, make_row, print_rows
 from bench.rounds import round_latency, swarm_rounds
 
 __all__ = ["measure", "run"]
@@ -85,5 +85,11 @@ def run() -> list[dict[str, Any]]:
     return rows
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Print the rows."""
+    bench_parser(__doc__).parse_args()
     print_rows("scale", run())
+
+
+if __name__ == "__main__":
+    main()

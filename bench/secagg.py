@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import MB, ROOT, make_row
+from bench.common import MB, ROOT, bench_parser, make_row
 from bench.merge import _model_layout
 from bench.rounds import round_latency, swarm_rounds
 from daemons.sl.merge import merge_flat
@@ -175,6 +175,7 @@ def run() -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the tables."""
+    bench_parser(__doc__).parse_args()
     bus = measure_bus()
     print(f"sync round over the bus, {PEERS} peers, {BUS_MODEL_MB:g} MB, median of rounds 2..{BUS_ROUNDS}:")
     print(
