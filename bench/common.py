@@ -41,7 +41,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def quick_flag(description: str, quick_help: str) -> bool:
+def quick_flag(description: str | None, quick_help: str) -> bool:
     """Whether ``--quick`` was given on the command line (see ``bench_parser``)."""
     parser = bench_parser(description)
     parser.add_argument("--quick", action="store_true", help=quick_help)

@@ -500,8 +500,7 @@ def run(quick: bool = False, only: tuple[Callable[[Path], Outcome], ...] = ()) -
 def main() -> None:
     """Print the table."""
     title = f"Fault matrix: {PEERS} SLs (tiny torch program), one fault per row"
-    quick = quick_flag(title, "three rows only")
-    print_rows(title, run(quick))
+    print_rows(title, run(quick_flag(__doc__, "three rows only")))
 
 
 def all_rows() -> tuple[Callable[[Path], Outcome], ...]:

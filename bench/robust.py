@@ -198,8 +198,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 def main() -> None:
     """Print the table."""
-    title = "One bad peer: final accuracy on load_digits, poisoned vs clean"
-    print_rows(title, run(quick_flag(title, "the first peer count only")))
+    quick = quick_flag(__doc__, "the first peer count only")
+    print_rows("One bad peer: final accuracy on load_digits, poisoned vs clean", run(quick))
 
 
 if __name__ == "__main__":

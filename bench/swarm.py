@@ -263,8 +263,7 @@ def run(quick: bool = True) -> list[dict[str, Any]]:
 
 def main() -> None:
     quick = quick_flag(
-        "the swarm's overhead: the same ML program's wall time under the swarm against alone",
-        "4 x 4,096 samples x 2 epochs (make bench's run) instead of 4 x 8,192 x 3, and no merge rows",
+        __doc__, "4 x 4,096 samples x 2 epochs (make bench's run) instead of 4 x 8,192 x 3, and no merge rows"
     )
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     print_rows("swarm", run(quick) + ([] if quick else merge_rows()))
