@@ -39,7 +39,7 @@ from bench.processes import Processes, descendants
 from bench.swarm_setup import CONTRACT, SWARM, ledger_session, start_sn
 from contracts import Ledger
 
-__all__ = ["Outcome", "run"]
+__all__ = ["Outcome", "fill_disk", "run"]
 
 PROGRAM = ROOT / "tests" / "programs" / "tiny_train.py"
 PEERS = 4
@@ -348,7 +348,7 @@ def sn_disk_full(work: Path) -> Outcome:
         with Processes(work / "logs") as procs:
             swarm = _start_swarm(procs, work, data=disk / "sn")
             asyncio.run(_wait_round(swarm.port, _merged_after(FAULT_AFTER_ROUND), 120))
-            _fill(disk / "filler")
+            fill_disk(disk / "filler")
             time.sleep(DISK_FULL_S)
             (disk / "filler").unlink()
             back_at = time.time()
@@ -388,7 +388,7 @@ def sn_read_only(work: Path) -> Outcome:
     return out
 
 
-def _fill(path: Path) -> None:
+def fill_disk(path: Path) -> None:
     """Write ``path`` until its disk is full.
 
     Unbuffered: a buffered file keeps the bytes the full disk refused and raises again on close.

@@ -6,7 +6,6 @@ Each test mounts a small tmpfs of its own (CI runs as root; elsewhere these test
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.faults import fill_disk
 from contracts import Ledger, StorageError
 from contracts.block import make_block
 from contracts.blockstore import BlockStore
@@ -32,11 +32,7 @@ class SmallDisk:
         self.filler = where / "filler"
 
     def fill(self) -> None:
-        # Unbuffered: a buffered file keeps the bytes a full disk refused and raises again when it
-        # closes, which depends on how much space was left (what the SN had written) modulo its chunk.
-        with self.filler.open("ab", buffering=0) as out, contextlib.suppress(OSError):
-            while True:
-                out.write(bytes(65536))
+        fill_disk(self.filler)
 
     def empty(self) -> None:
         self.filler.unlink(missing_ok=True)
