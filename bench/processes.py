@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["Processes", "alive", "cpu_seconds", "descendants"]
+__all__ = ["Processes", "alive", "children_cpu_seconds", "cpu_seconds", "descendants"]
 
 
 def _parents() -> dict[int, int]:
@@ -41,6 +42,12 @@ def descendants(pid: int) -> list[int]:
         found += kids
         frontier += kids
     return found
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU time of every finished, waited-for descendant of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cpu_seconds(pid: int) -> float:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -38,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import MB, ROOT, bench_parser, loopback_tcp_rate, make_row, print_rows
-from bench.processes import Processes, cpu_seconds, descendants
+from bench.processes import Processes, children_cpu_seconds, cpu_seconds, descendants
 from bench.swarm_setup import start_sl, start_sn
 from contracts.block import decode_block
 from contracts.ledger import Ledger
@@ -126,11 +125,6 @@ class SwarmRun:
         return f"CPU s: SN {self.cpu_sn:.1f}, mosquitto {self.cpu_broker:.1f}, SL+ML pairs {rest:.1f}"
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def swarm_rounds(
     ws: Path,
     peers: int,
@@ -145,7 +139,7 @@ def swarm_rounds(
     shutil.rmtree(ws, ignore_errors=True)
     ws.mkdir(parents=True)
     names = [f"{prefix}{i}" for i in range(1, peers + 1)]
-    cpu_before = _children_cpu()
+    cpu_before = children_cpu_seconds()
     with Processes(ws / "logs") as procs:
         port = start_sn(procs, ws / "sn")
         for i, name in enumerate(names):
@@ -162,7 +156,9 @@ def swarm_rounds(
     nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
     steps = step_medians([procs.output(name) for name in names])
     blocks = round_blocks(ws / "sn" / "ledger.db")
-    return SwarmRun(nodes, cpu_sn, cpu_broker, _children_cpu() - cpu_before, cpu.per_round(), steps, blocks)
+    return SwarmRun(
+        nodes, cpu_sn, cpu_broker, children_cpu_seconds() - cpu_before, cpu.per_round(), steps, blocks
+    )
 
 
 def round_blocks(path: Path) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, make_row, print_rows, quick_flag
-from bench.processes import Processes
+from bench.processes import Processes, children_cpu_seconds
 from bench.swarm_setup import start_sl, start_sn
 from daemons.sl.roundtimes import parse_steps
 from swarmlearning.client.swarm import EXCHANGE_PARTS
@@ -55,11 +54,6 @@ class Run:
     wall_s: float
     cpu_s: float
     steps: dict[str, float] | None = None
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every finished, waited-for descendant
-    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)
@@ -121,7 +115,7 @@ def _results(dirs: list[Path], procs: Processes, names: list[str]) -> list[dict[
 def run_alone(work: Path, program: Path, size: Size) -> Run:
     """The 4 programs with SWARM_LOOPBACK=true, started together."""
     dirs = _write_data(work, size)
-    cpu = _children_cpu()
+    cpu = children_cpu_seconds()
     with Processes(work / "logs") as procs:
         start = time.perf_counter()
         for i, node_dir in enumerate(dirs, start=1):
@@ -129,13 +123,13 @@ def run_alone(work: Path, program: Path, size: Size) -> Run:
             procs.start(f"alone-{i}", [sys.executable, str(program)], env=env, cwd=node_dir)
         results = _results(dirs, procs, [f"alone-{i}" for i in range(1, NODES + 1)])
         wall = time.perf_counter() - start
-    return Run(results, wall, _children_cpu() - cpu)
+    return Run(results, wall, children_cpu_seconds() - cpu)
 
 
 def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int) -> Run:
     """SN + 4 standalone SLs running ``program``; wall time from the SLs' start, CPU time of all (SN too)."""
     dirs = _write_data(work, size)
-    cpu = _children_cpu()
+    cpu = children_cpu_seconds()
     with Processes(work / "logs") as procs:
         port = start_sn(procs, work / "sn")
         start = time.perf_counter()
@@ -144,7 +138,9 @@ def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int) -> Run
             start_sl(procs, port, node_dir.name, program=program, work=work, env=env)
         results = _results(dirs, procs, [d.name for d in dirs])
         wall = time.perf_counter() - start
-    return Run(results, wall, _children_cpu() - cpu, round_steps([d / "run" / f"{d.name}.log" for d in dirs]))
+    return Run(
+        results, wall, children_cpu_seconds() - cpu, round_steps([d / "run" / f"{d.name}.log" for d in dirs])
+    )
 
 
 def round_steps(logs: list[Path]) -> dict[str, float]:
