@@ -69,6 +69,8 @@ _DIGEST_BYTES = 32
 _MAX_UID = 256
 _MAX_ROUND = 2**53
 _MAX_AMONG = 4096
+# What a request over a kept connection fails of: the connection, the peer, or what the peer sent.
+_TRANSFER_ERRORS = (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError)
 # Whether a peer may have a held model: (digest, the uid it claims, its certificate's CN or None) -> why not.
 FetchCheck = Callable[[bytes, str, str | None], Awaitable[str | None]]
 _MODELS, _RESULTS = "models", "results"  # the lanes of a client's connections to one peer
@@ -580,19 +582,10 @@ class DataPlaneClient:
         self._check_tls(endpoint)
         conn = await self._connection(endpoint)
         head = encode_offer(manifest, self.uid, number, weight)
-        async with conn.lock:
-            try:
-                await _send_offer(conn, head, flat, manifest, idle_timeout)
-                conn.used_at = asyncio.get_running_loop().time()
-            except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
-                self._drop(endpoint, conn)
-                why = exc if str(exc) else type(exc).__name__
-                raise TransferError(
-                    f"offering model {digest_hex(manifest.digest)} to {endpoint}: {why}"
-                ) from None
-            except BaseException:
-                self._drop(endpoint, conn)
-                raise
+        async with self._holding(
+            endpoint, conn, f"offering model {digest_hex(manifest.digest)} to {endpoint}"
+        ):
+            await _send_offer(conn, head, flat, manifest, idle_timeout)
 
     def _check_tls(self, endpoint: Endpoint) -> None:
         if endpoint.tls and self.tls is None:
@@ -628,18 +621,8 @@ class DataPlaneClient:
         what = f"model {digest_hex(digest)}" if digest is not None else "the merged model"
         self._check_tls(endpoint)
         conn = await self._connection(endpoint, _MODELS if digest is not None else _RESULTS)
-        async with conn.lock:
-            try:
-                got = await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
-                conn.used_at = asyncio.get_running_loop().time()
-                return got
-            except (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError) as exc:
-                self._drop(endpoint, conn)
-                why = exc if str(exc) else type(exc).__name__
-                raise TransferError(f"{what} from {endpoint}: {why}") from None
-            except BaseException:
-                self._drop(endpoint, conn)  # cancelled mid-transfer: the stream is out of step
-                raise
+        async with self._holding(endpoint, conn, f"{what} from {endpoint}"):
+            return await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
 
     async def _connection(self, endpoint: Endpoint, lane: str = _MODELS) -> _Connection:
         """Our kept connection to ``endpoint`` for ``lane``: requests for a merge not made yet wait on
@@ -668,6 +651,23 @@ class DataPlaneClient:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = self._connections[key] = _Connection(reader, writer, asyncio.Lock(), now)
         return conn
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, endpoint: Endpoint, conn: _Connection, what: str) -> AsyncIterator[None]:
+        """Hold ``conn`` for one request and note its use when the request went through. A request that
+        failed or was cancelled part way leaves the stream out of step: the connection is dropped, and a
+        failure is a TransferError saying ``what`` failed and why."""
+        async with conn.lock:
+            try:
+                yield
+            except _TRANSFER_ERRORS as exc:
+                self._drop(endpoint, conn)
+                why = exc if str(exc) else type(exc).__name__
+                raise TransferError(f"{what}: {why}") from None
+            except BaseException:
+                self._drop(endpoint, conn)
+                raise
+            conn.used_at = asyncio.get_running_loop().time()
 
     def _drop(self, endpoint: Endpoint, conn: _Connection) -> None:
         for key in [k for k, c in self._connections.items() if k[0] == endpoint and c is conn]:
