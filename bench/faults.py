@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, make_row, print_rows, quick_flag
 from bench.processes import Processes, descendants
 from bench.swarm_setup import CONTRACT, SWARM, ledger_session, start_sn
-from contracts import Ledger
+from contracts.ledger import Ledger
 
 __all__ = ["Outcome", "fill_disk", "run"]
 

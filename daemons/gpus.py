@@ -6,8 +6,6 @@ import os
 import shutil
 import subprocess
 
-from taskdefs import parse_gpu_request
-
 __all__ = ["cuda_env", "visible_gpus"]
 
 
@@ -40,6 +38,10 @@ def cuda_env(request: object, slot: int = 0, visible: list[str] | None = None) -
     """
     if request is None or request == "":
         return {}
+    # Not at the top: taskdefs brings pydantic and every task model, a quarter of an SL's start-up,
+    # and an SL asks for GPUs only when its node has a gpus option.
+    from taskdefs import parse_gpu_request  # noqa: PLC0415
+
     gpu = parse_gpu_request(request)
     if gpu.kind == "all":
         return {}

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from bench.faults import fill_disk
-from contracts import Ledger, StorageError
 from contracts.block import make_block
-from contracts.blockstore import BlockStore
+from contracts.blockstore import BlockStore, StorageError
+from contracts.ledger import Ledger
 from daemons.bus import Bus, BusConfig, RemoteError
 from daemons.ledger_client import LedgerClient
 from tests.conftest import start_sn
