@@ -8,6 +8,8 @@ interpreter is still a cycle for the reader.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +40,11 @@ SWCI_MAY_USE = frozenset({"daemons.bus", "daemons.identity", "daemons.ledger_cli
 ENTRY_POINTS = frozenset({"daemons.cli"})
 # Heavy ML dependencies stay on the ML side.
 ML_ONLY = frozenset({"torch"})
+# What an SL has no use for unless its node asks for GPUs: the ledger itself (the SN's), SQLite, and the
+# task models with pydantic (the SWOP's). Each SL of a host imports what it loads, at once.
+NOT_IN_AN_SL = frozenset(
+    {"contracts.ledger", "contracts.blockstore", "contracts.machine", "sqlite3", "taskdefs", "pydantic"}
+)
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,14 @@ def test_torch_stays_on_the_ml_side(modules: dict[str, Path]) -> None:
         if imp.target in ML_ONLY and not imp.source.startswith("swarmlearning")
     ]
     assert not broken, "\n".join(broken)
+
+
+def test_an_sl_starts_without_the_ledger_or_the_task_models() -> None:
+    script = "import sys, daemons.sl.cli; print(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    assert "daemons.sl.node" in loaded
+    assert not loaded & NOT_IN_AN_SL, f"daemons.sl.cli loads {sorted(loaded & NOT_IN_AN_SL)}"
 
 
 def test_every_package_says_what_it_is_and_may_import(modules: dict[str, Path]) -> None:
