@@ -1,9 +1,11 @@
-"""A round's steps timed on one node: one line per round, read back by ``bench/rounds.py``."""
+"""A round's steps timed on one node: one line per round, read back by ``bench/rounds.py``; and that
+benchmark's round figures."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.rounds import round_latency, round_mean
 from daemons.sl.roundtimes import RoundTimer, parse_steps
 
 
@@ -23,3 +25,10 @@ def test_a_round_is_reported_once_and_its_line_parses(caplog: pytest.LogCaptureF
     assert number == 7 and list(steps) == ["hash", "checkin"]
     assert all(ms >= 0 for ms in steps.values())
     assert parse_steps("round x steps: hash=1ms") is None
+
+
+def test_the_mean_round_counts_the_slow_round_the_median_leaves_out() -> None:
+    # A round ends when the last node has its merged model: at 0.5, 1.5, 2.0 and 10.0 s.
+    nodes = [{"done": [0.0, 1.0, 2.0, 10.0]}, {"done": [0.5, 1.5, 1.0, 9.0]}]
+    assert round_latency(nodes) == pytest.approx(1.0)  # of 1.0, 0.5 and 8.0 s
+    assert round_mean(nodes) == pytest.approx(9.5 / 3)
