@@ -7,7 +7,7 @@ answers the reads of the swci shell. ``rounds``, ``tasks``, ``taskrunners``, ``n
 
 Import from those modules: the package imports nothing itself, so that an SL, which needs only the
 round rules (``rounds``) and the block reader (``history``), starts without the ledger, SQLite and
-the task-definition checks (a third of its start-up).
+the task-definition checks.
 
 It may import ``wire`` and ``taskdefs`` (to check task bodies), never an actor: it runs anywhere.
 """
