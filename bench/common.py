@@ -41,6 +41,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def chosen_names(
+    description: str | None, what: str, known: Sequence[str], argv: Sequence[str] | None = None
+) -> list[str]:
+    """The ``what``s (rows, benchmarks) named on the command line, none meaning all (see
+    ``bench_parser``); a name not in ``known`` stops the script with a usage line listing them."""
+    parser = bench_parser(description)
+    parser.add_argument(
+        "names", nargs="*", metavar=what.upper(), help=f"one of {', '.join(known)} (default: all)"
+    )
+    names = list(parser.parse_args(argv).names)
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"no {what} {', '.join(unknown)}; the {what}s are {', '.join(known)}")
+    return names
+
+
 def quick_flag(description: str | None, quick_help: str) -> bool:
     """Whether ``--quick`` was given on the command line (see ``bench_parser``)."""
     parser = bench_parser(description)

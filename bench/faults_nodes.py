@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import faults
-from bench.common import bench_parser, print_rows
+from bench.common import chosen_names, print_rows
 from bench.faults import (
     FAULT_AFTER_ROUND,
     PEERS,
@@ -326,13 +326,7 @@ NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partitio
 
 def main() -> None:
     """Print the rows named on the command line (default: all of them)."""
-    known = [r.__name__ for r in NODE_ROWS]
-    parser = bench_parser(__doc__)
-    parser.add_argument("rows", nargs="*", metavar="ROW", help=f"one of {', '.join(known)} (default: all)")
-    names = parser.parse_args().rows
-    unknown = sorted(set(names) - set(known))
-    if unknown:
-        parser.error(f"no row {', '.join(unknown)}; the rows are {', '.join(known)}")
+    names = chosen_names(__doc__, "row", [r.__name__ for r in NODE_ROWS])
     rows = tuple(r for r in NODE_ROWS if not names or r.__name__ in names)
     print_rows(f"Node faults: {PEERS} SLs (tiny torch program)", faults.run(only=rows))
 

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, ROW_KEYS, bench_parser, machine, print_rows
+from bench.common import ROOT, ROW_KEYS, chosen_names, machine, print_rows
 
 __all__ = ["BENCHMARKS", "main", "met", "render_markdown", "run_benchmarks"]
 
@@ -179,15 +179,7 @@ def write(report: dict[str, Any], folder: Path = RESULTS) -> tuple[Path, Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run, print the table, write the files; exit status 1 when a benchmark failed."""
-    known = [n for n, _ in BENCHMARKS]
-    parser = bench_parser(__doc__)
-    parser.add_argument(
-        "names", nargs="*", metavar="BENCHMARK", help=f"one of {', '.join(known)} (default: all)"
-    )
-    names = list(parser.parse_args(argv).names)
-    unknown = sorted(set(names) - set(known))
-    if unknown:
-        parser.error(f"no benchmark {', '.join(unknown)}; the benchmarks are {', '.join(known)}")
+    names = chosen_names(__doc__, "benchmark", [n for n, _ in BENCHMARKS], argv)
     report = run_benchmarks(names)
     print_rows(f"open Swarm Learning benchmarks ({report['wall_s']:.0f} s)", report["rows"])
     md, js = write(report)
