@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from contracts.devkeys import DevAuthority, DevSigner
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT, due_actions
 from contracts.rounds import completes_round
 from contracts.state import State
+from daemons.bus import Bus, BusConfig
+from daemons.bus.config import BrokerAddress
+from daemons.ledger_client import LedgerClient
 from daemons.sn.sealer import Sealer
-from tests.conftest import MakeBus
+from tests.conftest import MakeBus, start_sn
 from wire.envelope import encode_envelope, make_envelope
 
 C = DEFAULT_CONTRACT
@@ -123,3 +130,51 @@ async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, m
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
             ledger.close()
+
+
+SWARM_OF_40 = [f"sl{i:02d}" for i in range(40)]  # more SLs than the SN's 32 requests of the default RPC bound
+
+
+async def _joined(stack: AsyncExitStack, address: BrokerAddress, network: str, uid: str) -> LedgerClient:
+    """A stand-in SL with its own bus: registered and joined to the default contract, for 40 peers."""
+    presence = {"role": "sl", "pid": os.getpid()}  # else the SN's liveness takes it offline after 15 s
+    bus = await stack.enter_async_context(
+        Bus(BusConfig(address, uid, "sl", network=network), presence=presence)
+    )
+    client = await LedgerClient.connect(bus, timeout=20)
+    await client.submit("node.register", {"host": "localhost"})
+    params = {"min_peers": len(SWARM_OF_40), "quorum_wait": 60.0, "leader_timeout": 60.0}
+    await client.submit("contract.join", {"contract": C, "params": params})
+    return client
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_a_swarm_larger_than_the_sns_request_bound_checks_in_in_one_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held check-ins wait for their round without taking the SN's request slots from the others: 40
+    SLs checking in at once are sealed in one block with their round's close (a 30 s hold: were the
+    first 32 to fill the SN's slots, the last 8 would wait outside until it ended, in a second block)."""
+    monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "30")
+    sn = start_sn(tmp_path / "sn")
+    try:
+        async with AsyncExitStack() as stack:
+            clients = await asyncio.gather(
+                *(_joined(stack, sn.address, sn.network, uid) for uid in SWARM_OF_40)
+            )
+            digests = [hashlib.sha256(uid.encode()).hexdigest() for uid in SWARM_OF_40]
+            receipts = await asyncio.gather(
+                *(
+                    client.submit("round.checkin", {"contract": C, "digest": digest, "samples": 10})
+                    for client, digest in zip(clients, digests, strict=True)
+                )
+            )
+            assert [r.get("round") for r in receipts] == [1] * len(SWARM_OF_40), receipts
+            heights = {r.get("height") for r in receipts}
+            assert len(heights) == 1, f"the check-ins went into blocks {heights}"
+            closed = (await clients[0].query("contract.rounds", name=C))["closed"]
+            assert [r["round"] for r in closed] == [1]
+            assert sorted(closed[0]["participants"]) == SWARM_OF_40
+    finally:
+        sn.stop()

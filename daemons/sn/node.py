@@ -36,7 +36,7 @@ from daemons.sn.cluster import ClusterRole
 from daemons.sn.liveness import Liveness
 from daemons.sn.replica import Replica
 from daemons.sn.revocations import LedgerRevocations, enforce_in_broker
-from daemons.sn.sealer import NotSealed, Sealer, StoreFailed
+from daemons.sn.sealer import REQUESTS_AT_ONCE, NotSealed, Sealer, StoreFailed
 from wire import Envelope, SignerLike, decode_envelope, encode_envelope, make_envelope
 from wire.errors import CodecError
 
@@ -185,7 +185,7 @@ class SNNode:
                 self.replica = Replica(bus, self.chain, opts.sentinel_uid)
                 ledger = self.chain.ledger = await self.replica.start(ledger)
             self.sealer = Sealer(ledger, bus, signer, self.chain.lock) if opts.sentinel else None
-            bus.serve(self.handle)
+            bus.serve(self.handle, concurrency=REQUESTS_AT_ONCE)
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._supervise_broker(), name="sn.broker")]
                 revoked = enforce_in_broker(bus, self.revocations, self.broker)
@@ -214,7 +214,7 @@ class SNNode:
             self.chain, bus, chainlog, signer, sentinel=self.options.sentinel
         )
         await cluster.open()
-        bus.serve(self.handle)
+        bus.serve(self.handle, concurrency=REQUESTS_AT_ONCE)
 
         async def sealing_role(ledger: Ledger) -> None:
             await self._seal(bus, ledger, signer, address, chainlog)

@@ -32,10 +32,14 @@ from daemons.settings import seconds_from_env
 from daemons.sn.chainlog import ChainLog, ChainLogError
 from wire import CodecError, SignerLike, decode_envelope, encode_envelope, make_envelope
 
-__all__ = ["NotSealed", "Outcome", "Sealer", "StoreFailed"]
+__all__ = ["REQUESTS_AT_ONCE", "NotSealed", "Outcome", "Sealer", "StoreFailed"]
 
 log = logging.getLogger("swarm.sn.sealer")
 MAX_BATCH = 2000
+# Requests the SN answers at once (its RPC bound). A held check-in keeps its request open until its round
+# can close, so with fewer slots than a batch may hold, a swarm larger than the slots would keep its last
+# check-ins out until the hold ran out, and its round out of that block: no fewer than MAX_BATCH.
+REQUESTS_AT_ONCE = MAX_BATCH
 DEFAULT_HOLD = 0.5  # seconds a check-in may wait for the rest of its round (SWARM_SN_CHECKIN_HOLD)
 _DEFERRABLE = ("tx:round.checkin", "tx:contract.progress")
 
