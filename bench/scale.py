@@ -29,7 +29,7 @@ __all__ = ["measure", "run"]
 MODEL_BYTES = 16_000
 WORK_S = 1.0
 ROUNDS = 8
-SIZES = (2, 16, 32, 48, 64, 80)
+SIZES = (2, 16, 32, 64, 96, 128)
 MAX_NODES = SIZES[-1]
 REFERENCE_PER_SN = 16
 
