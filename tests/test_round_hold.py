@@ -1,5 +1,6 @@
 """One durable write for a round's start: the SN holds check-ins until their round can close and seals
-them with its ``round.close`` in one block (a real ledger, a real mosquitto for the sealer's events)."""
+them with its ``round.close`` in one block (a real ledger, a real mosquitto for the sealer's events; a real
+``swarm sn`` for a swarm larger than the requests an RPC server answers at once)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, m
             ledger.close()
 
 
-SWARM_OF_40 = [f"sl{i:02d}" for i in range(40)]  # more SLs than the SN's 32 requests of the default RPC bound
+SWARM_OF_40 = [f"sl{i:02d}" for i in range(40)]  # more than the 32 requests an RPC server answers at once
 
 
 async def _joined(stack: AsyncExitStack, address: BrokerAddress, network: str, uid: str) -> LedgerClient:
@@ -153,9 +154,10 @@ async def _joined(stack: AsyncExitStack, address: BrokerAddress, network: str, u
 async def test_a_swarm_larger_than_the_sns_request_bound_checks_in_in_one_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Held check-ins wait for their round without taking the SN's request slots from the others: 40
-    SLs checking in at once are sealed in one block with their round's close (a 30 s hold: were the
-    first 32 to fill the SN's slots, the last 8 would wait outside until it ended, in a second block)."""
+    """Held check-ins wait for their round without keeping the others out: 40 SLs checking in at once
+    are sealed in one block with their round's close. With a 30 s hold and the SN answering 32 requests
+    at once (the code before), the first 32 filled every place and the clients' resends kept them full:
+    this test ran into its timeout."""
     monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "30")
     sn = start_sn(tmp_path / "sn")
     try:
