@@ -22,7 +22,7 @@ from contracts.blockstore import ChainError
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import due_actions, next_deadline
 from contracts.tx import Rejection
-from contracts.views import BadQuery, QueryError, query
+from contracts.views import BadQuery, QueryError
 from daemons.aio import raise_if_cancelling
 from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.bus import Bus, BusConnectError, Request, RpcError
@@ -34,6 +34,7 @@ from daemons.sn.chain import LocalChain
 from daemons.sn.chainlog import ChainLog, ChainLogError
 from daemons.sn.cluster import ClusterRole
 from daemons.sn.liveness import Liveness
+from daemons.sn.reads import Reads
 from daemons.sn.replica import Replica
 from daemons.sn.revocations import LedgerRevocations, enforce_in_broker
 from daemons.sn.sealer import REQUESTS_AT_ONCE, NotSealed, Sealer, StoreFailed
@@ -89,6 +90,7 @@ class SNNode:
         self.cluster: ClusterRole | None = None
         self.started = time.time()
         self.revocations = LedgerRevocations(self.chain)
+        self._reads = Reads()  # ledger reads, each answered once per state
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
 
@@ -377,7 +379,7 @@ class SNNode:
         if not isinstance(name, str) or not isinstance(args, dict):
             raise RpcError("bad-request", "query needs 'name' (str) and 'args' (map)")
         try:
-            return query(self.ledger.state, name, args)
+            return self._reads.answer(self.ledger.state, name, args)
         except BadQuery as exc:
             raise RpcError("bad-request", str(exc)) from None
         except QueryError as exc:
