@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,10 @@ from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT, due_actions
 from contracts.rounds import completes_round
 from contracts.state import State
-from daemons.bus import Bus, BusConfig
-from daemons.bus.config import BrokerAddress
 from daemons.ledger_client import LedgerClient
 from daemons.sn.sealer import Sealer
-from tests.conftest import MakeBus, start_sn
+from tests.conftest import MakeBus, RunningSN, start_sn
+from tests.test_swci_training import sl_standin
 from wire.envelope import encode_envelope, make_envelope
 
 C = DEFAULT_CONTRACT
@@ -136,14 +134,9 @@ async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, m
 SWARM_OF_40 = [f"sl{i:02d}" for i in range(40)]  # more than the 32 requests an RPC server answers at once
 
 
-async def _joined(stack: AsyncExitStack, address: BrokerAddress, network: str, uid: str) -> LedgerClient:
-    """A stand-in SL with its own bus: registered and joined to the default contract, for 40 peers."""
-    presence = {"role": "sl", "pid": os.getpid()}  # else the SN's liveness takes it offline after 15 s
-    bus = await stack.enter_async_context(
-        Bus(BusConfig(address, uid, "sl", network=network), presence=presence)
-    )
-    client = await LedgerClient.connect(bus, timeout=20)
-    await client.submit("node.register", {"host": "localhost"})
+async def _joined(stack: AsyncExitStack, sn: RunningSN, uid: str) -> LedgerClient:
+    """A stand-in SL, registered as a SWOP's, joined to the default contract for 40 peers."""
+    client = await stack.enter_async_context(sl_standin(sn, uid, "swop-1"))
     params = {"min_peers": len(SWARM_OF_40), "quorum_wait": 60.0, "leader_timeout": 60.0}
     await client.submit("contract.join", {"contract": C, "params": params})
     return client
@@ -162,9 +155,7 @@ async def test_a_swarm_larger_than_the_sns_request_bound_checks_in_in_one_block(
     sn = start_sn(tmp_path / "sn")
     try:
         async with AsyncExitStack() as stack:
-            clients = await asyncio.gather(
-                *(_joined(stack, sn.address, sn.network, uid) for uid in SWARM_OF_40)
-            )
+            clients = await asyncio.gather(*(_joined(stack, sn, uid) for uid in SWARM_OF_40))
             digests = [hashlib.sha256(uid.encode()).hexdigest() for uid in SWARM_OF_40]
             receipts = await asyncio.gather(
                 *(
