@@ -14,6 +14,7 @@ from contracts.views import query
 
 __all__ = ["Reads"]
 
+_SCALARS = (str, int, float, bool, type(None))
 MAX_ANSWERS = 256  # distinct reads kept for one state; past that they are answered without keeping them
 
 
@@ -38,8 +39,8 @@ class Reads:
 
 
 def _key(name: str, args: Mapping[str, Any]) -> Hashable | None:
-    """The read as a key: its name and its scalar arguments; None when an argument is not a scalar."""
-    items = sorted(args.items()) if all(isinstance(k, str) for k in args) else None
-    if items is None or not all(v is None or isinstance(v, str | int | float | bool) for _, v in items):
+    """The read as a key: its name and its scalar arguments, each with its type (``True`` is not ``1`` to
+    a view); None when an argument is not a scalar or not named by a string."""
+    if not all(isinstance(k, str) and isinstance(v, _SCALARS) for k, v in args.items()):
         return None
-    return (name, tuple((k, type(v).__name__, v) for k, v in items))
+    return (name, tuple(sorted((k, type(v).__name__, v) for k, v in args.items())))
