@@ -25,6 +25,7 @@ from daemons.bus import paho_fixes
 from daemons.bus.config import BrokerAddress, BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
+from daemons.bus.mqtt_client import DirectClient
 from daemons.bus.rpc import Handler, RpcClient, RpcServer
 from daemons.bus.topics import Topics, namespace_of, topic_matches
 from wire import (
@@ -238,7 +239,7 @@ class Bus:
                 qos=1,
                 retain=True,
             )
-        return aiomqtt.Client(
+        return DirectClient(
             self.broker.host,
             self.broker.port,
             identifier=f"{self.uid}-{os.getpid()}-{random.getrandbits(24):06x}",
@@ -251,6 +252,7 @@ class Bus:
             max_queued_incoming_messages=cfg.max_queued_messages,
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=self._mqtt_log,
+            deliver=self._dispatch,
         )
 
     async def _connection_loop(self) -> None:
@@ -261,9 +263,8 @@ class Bus:
                 async with client:
                     await self._on_connect(client)
                     attempt = 0
-                    async for message in client.messages:
+                    async for _ in client.messages:  # none: they go to _dispatch; ends when disconnected
                         raise_if_cancelling()
-                        self._dispatch(message)
             except aiomqtt.MqttError as exc:
                 self._note_failure(exc)
             finally:
@@ -311,11 +312,9 @@ class Bus:
         self._ever_connected = True
         self._connected.set()
 
-    def _dispatch(self, message: aiomqtt.Message) -> None:
-        payload = message.payload
-        if not isinstance(payload, bytes | bytearray):
-            return
-        msg = Message(message.topic.value, bytes(payload), bool(message.retain))
+    def _dispatch(self, topic: str, payload: bytes, retain: bool) -> None:
+        """Offer a message from the broker to every subscription whose filter matches its topic."""
+        msg = Message(topic, payload, retain)
         owner = namespace_of(msg.topic)
         if owner is not None and owner[0] in self.refused:
             self._note_refused(owner[0], msg.topic)
