@@ -104,7 +104,6 @@ class BusConfig:
     connect_timeout: float = 10.0
     request_timeout: float = 10.0
     publish_timeout: float = 30.0
-    max_queued_messages: int = 10_000
     backoff_base: float = 0.2
     backoff_cap: float = 2.0  # reconnects: a broker that is back is found within ~2 s
     subscribe_qos: int = field(default_factory=subscribe_qos_from_env)

@@ -249,7 +249,6 @@ class Bus:
             will=will,
             tls_context=cfg.tls,
             timeout=cfg.publish_timeout,
-            max_queued_incoming_messages=cfg.max_queued_messages,
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=self._mqtt_log,
             deliver=self._dispatch,
