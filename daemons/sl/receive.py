@@ -37,8 +37,7 @@ async def receive_verified(
     """
     view = buffer.data.cast("B")
     checks = _ChunkChecks(view, manifest)
-    async with asyncio.timeout(idle):
-        filled = await _take_first(reader, view, manifest.total)
+    filled = await _take_buffered(reader, view, manifest.total)
     checks.up_to(filled)
     if filled < manifest.total:
         _check_open(reader, manifest.total - filled)
@@ -53,12 +52,13 @@ async def receive_verified(
     await checks.verify()
 
 
-async def _take_first(reader: asyncio.StreamReader, view: memoryview, total: int) -> int:
-    """Copy the model's first bytes into ``view`` through the stream: those it holds already (read with
-    the header), or else the next that arrive (none at the end of the stream); how many."""
-    first = await reader.read(total) if total else b""
-    view[: len(first)] = first
-    return len(first)
+async def _take_buffered(reader: asyncio.StreamReader, view: memoryview, total: int) -> int:
+    """Copy the model's first bytes that the stream holds already (read with the header) into ``view``."""
+    # StreamReader has no public way to ask how much it holds without waiting for more.
+    held = min(len(reader._buffer), total)  # type: ignore[attr-defined]
+    if held:
+        view[:held] = await reader.readexactly(held)  # at once: the bytes are there
+    return held
 
 
 def _check_open(reader: asyncio.StreamReader, missing: int) -> None:
