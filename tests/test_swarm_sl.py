@@ -227,6 +227,30 @@ def test_a_leader_killed_right_after_round_merged_leaves_the_others_training(
     assert survivors[0].final_digest() == survivors[1].final_digest() is not None
 
 
+def test_a_node_that_starts_after_the_latest_merged_model_was_lost_joins_the_next_round(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    # As above, with the third node started only after the leader died: the swarm's latest merged model
+    # may then be held by no one, and the newcomer goes on with its own model into the next round (as
+    # the participants of the lost round do) instead of retrying to load it forever.
+    broker_only = {"SWARM_DATAPLANE": "off"}
+    nodes = {
+        f"sl-{i}": start_sl(
+            sn, f"sl-{i}", tmp_path, sl_env=broker_only, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12,
+            HIDDEN=200_000,
+        )
+        for i in (2, 3)
+    }  # fmt: skip
+    leader = str(asyncio.run(_first_merged(sn))["leader"])
+    nodes[leader].kill()
+    late = start_sl(
+        sn, "sl-1", tmp_path, sl_env=broker_only, SEED=1, MIN_PEERS=2, EPOCHS=1, BATCHES=12, HIDDEN=200_000
+    )
+    survivors = [n for uid, n in nodes.items() if uid != leader] + [late]
+    assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
+    assert survivors[0].final_digest() == survivors[1].final_digest() is not None
+
+
 def test_a_leader_killed_right_after_the_final_round_merged_leaves_the_model_with_a_participant(
     sn: RunningSN, tmp_path: Path
 ) -> None:

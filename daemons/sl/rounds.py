@@ -306,14 +306,21 @@ class RoundEngine:
 
     # ------------------------------------------------------------ entry points
     async def begin(self, flat: FlatState, *, samples: int, weight: float) -> RoundResult:
-        """The first sync: load the latest merged model, or take part in the init round."""
+        """The first sync: load the latest merged model, or take part in the init round; when no node
+        holds the latest merged model any more, take part in the next round with ``flat``."""
         await self._settle()
         while True:
             model = await self.ledger.query("contract.model", name=self.contract)
             latest = model.get("latest") if isinstance(model, dict) else None
             if latest:
-                sources = [latest["leader"], *await self._holders(int(latest["round"]))]
-                result = await self._load(latest["digest"], sources, int(latest["round"]))
+                number = int(latest["round"])
+                sources = [latest["leader"], *await self._holders(number)]
+                try:
+                    result = await self._load(latest["digest"], sources, number)
+                except BusError as exc:  # its leader died before a participant pulled it: as they do,
+                    # go on with our own model into the next round (whose merge makes one model again)
+                    log.warning("round %d: %s; taking part in the next round with our own model", number, exc)
+                    return await self._take_part(flat, samples=samples, weight=weight, init=False)
                 log.info("starting from the swarm's model %s of round %s", result.digest[:16], result.round)
                 return result
             try:
