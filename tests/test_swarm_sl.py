@@ -13,7 +13,7 @@ from contracts.machine import DEFAULT_CONTRACT
 from daemons.bus import Bus, BusConfig
 from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN, start_sn
-from tests.swarm_helpers import start_sl, start_together, wait_for_line
+from tests.swarm_helpers import RunningSL, start_sl, start_together, wait_for_line
 
 pytestmark = pytest.mark.slow
 
@@ -207,19 +207,21 @@ async def _first_merged(sn: RunningSN, timeout: float = 60, *, final: bool = Fal
                 await watch.next(timeout=max(deadline - loop.time(), 0.1))
 
 
+def _big_model_sl(sn: RunningSN, i: int, tmp_path: Path) -> RunningSL:
+    """SL ``sl-<i>`` with a model big enough that pulling it through the broker (its data plane off)
+    takes a while, 2 peers a round, 1 epoch of 12 batches."""
+    return start_sl(
+        sn, f"sl-{i}", tmp_path, sl_env={"SWARM_DATAPLANE": "off"}, SEED=i, MIN_PEERS=2, EPOCHS=1,
+        BATCHES=12, HIDDEN=200_000,
+    )  # fmt: skip
+
+
 def test_a_leader_killed_right_after_round_merged_leaves_the_others_training(
     sn: RunningSN, tmp_path: Path
 ) -> None:
     # A big model pulled through the broker (no early pull over the data plane) keeps the others
     # pulling when the leader dies: they go on with their own models and the next round merges.
-    broker_only = {"SWARM_DATAPLANE": "off"}
-    nodes = {
-        f"sl-{i}": start_sl(
-            sn, f"sl-{i}", tmp_path, sl_env=broker_only, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12,
-            HIDDEN=200_000,
-        )
-        for i in range(1, 4)
-    }  # fmt: skip
+    nodes = {f"sl-{i}": _big_model_sl(sn, i, tmp_path) for i in range(1, 4)}
     leader = str(asyncio.run(_first_merged(sn))["leader"])
     nodes[leader].kill()
     survivors = [n for uid, n in nodes.items() if uid != leader]
@@ -233,19 +235,10 @@ def test_a_node_that_starts_after_the_latest_merged_model_was_lost_joins_the_nex
     # As above, with the third node started only after the leader died: the swarm's latest merged model
     # may then be held by no one, and the newcomer goes on with its own model into the next round (as
     # the participants of the lost round do) instead of retrying to load it forever.
-    broker_only = {"SWARM_DATAPLANE": "off"}
-    nodes = {
-        f"sl-{i}": start_sl(
-            sn, f"sl-{i}", tmp_path, sl_env=broker_only, SEED=i, MIN_PEERS=2, EPOCHS=1, BATCHES=12,
-            HIDDEN=200_000,
-        )
-        for i in (2, 3)
-    }  # fmt: skip
+    nodes = {f"sl-{i}": _big_model_sl(sn, i, tmp_path) for i in (2, 3)}
     leader = str(asyncio.run(_first_merged(sn))["leader"])
     nodes[leader].kill()
-    late = start_sl(
-        sn, "sl-1", tmp_path, sl_env=broker_only, SEED=1, MIN_PEERS=2, EPOCHS=1, BATCHES=12, HIDDEN=200_000
-    )
+    late = _big_model_sl(sn, 1, tmp_path)
     survivors = [n for uid, n in nodes.items() if uid != leader] + [late]
     assert [n.wait() for n in survivors] == [0, 0], [n.output()[-2000:] for n in survivors]
     assert survivors[0].final_digest() == survivors[1].final_digest() is not None
