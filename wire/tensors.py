@@ -12,7 +12,6 @@ import hashlib
 import math
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from blake3 import blake3
 
 from wire.errors import CodecError
 from wire.limits import packb, unpackb
+from wire.workers import MAX_THREADS, cores, run_split
 
 __all__ = [
     "ALIGN",
@@ -216,14 +216,15 @@ def chunk_digest(chunk: bytes | memoryview) -> bytes:
 
 
 def chunk_digests(buffer: np.ndarray, chunk_size: int) -> list[bytes]:
-    """``chunk_digest`` of every chunk, hashed on two threads."""
+    """``chunk_digest`` of every chunk, hashed on a thread per core (``wire.workers``)."""
     view = buffer.data.cast("B")
     n = _chunk_count(len(view), chunk_size)
     parts = [view[i * chunk_size : (i + 1) * chunk_size] for i in range(n)]
-    if n == 1:
-        return [chunk_digest(parts[0])]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(chunk_digest, parts))
+    return run_split(_digests, parts, min(cores(), MAX_THREADS))
+
+
+def _digests(parts: Sequence[memoryview]) -> list[bytes]:
+    return [chunk_digest(part) for part in parts]
 
 
 def make_manifest(

@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from daemons.sl.buffers import MODEL_BUFFERS
 from wire.tensors import DTYPES
+from wire.workers import run_split, threads_for
 
 __all__ = [
     "DTYPE_LABELS",
@@ -174,6 +175,11 @@ class _Peers:
             return np.stack([row[start:stop] for row in self.rows])
         # the caller is done with the previous block: its memory is used again, not allocated
         return np.stack([row[start:stop] for row in self.rows], out=self.scratch[:, : stop - start])
+
+    def with_own_scratch(self) -> _Peers:
+        """The same rows with scratch of their own, for another thread."""
+        scratch = None if self.scratch is None else np.empty_like(self.scratch)
+        return _Peers(self.rows, self.total, self.matrix, scratch)
 
     def shares_memory(self, other: _Array) -> bool:
         """Whether ``other`` overlaps any peer's buffer."""
@@ -534,7 +540,18 @@ def _all_finite(raw: _Array, label: str) -> bool:
 
 
 def _find_non_finite(buffer: _Array, spans: Sequence[_Span]) -> tuple[str, int] | None:
-    """First tensor of a flat buffer holding NaN/inf, with the count; padding does not count."""
+    """First tensor of a flat buffer holding NaN/inf, with the count; padding does not count. A large
+    buffer is checked on several threads first (``wire.workers``); only a bad one is searched in order."""
+    pieces = [
+        (span.label, a, b) for span in spans if span.is_float for a, b in _blocks(span.start, span.stop)
+    ]
+
+    def finite_run(run: Sequence[tuple[str, int, int]]) -> list[bool]:
+        return [all(_all_finite(buffer[a:b], label) for label, a, b in run)]
+
+    finite: list[bool] = run_split(finite_run, pieces, threads_for(len(buffer)))
+    if all(finite):
+        return None
     for span in spans:
         if not span.is_float:
             continue
@@ -671,15 +688,22 @@ def _f32_to_bf16(values: _Array) -> _Array:
 
 
 def _reduce(rows: _Peers, out: _Array, spans: Sequence[_Span], reducers: tuple[_Reducer, _Reducer]) -> None:
-    """Apply the float or the integer reducer block by block, writing into ``out``."""
-    for span in spans:
-        reduce = reducers[0] if span.is_float else reducers[1]
-        native = span.label in _NATIVE_LABELS
-        for a, b in _blocks(span.start, span.stop):
-            target = out[a:b].view(_STORAGE[span.label]) if native else None
-            values = reduce(_decode(rows.block(a, b), span.label), target)
+    """Apply the float or the integer reducer block by block, writing into ``out``; a large model's
+    blocks are shared out among threads (``wire.workers``), each with its own scratch rows."""
+    pieces = [(span, a, b) for span in spans for a, b in _blocks(span.start, span.stop)]
+    threads = threads_for(rows.total)
+
+    def reduce_run(run: Sequence[tuple[_Span, int, int]]) -> list[None]:
+        own = rows if threads == 1 else rows.with_own_scratch()
+        for span, a, b in run:
+            reduce = reducers[0] if span.is_float else reducers[1]
+            target = out[a:b].view(_STORAGE[span.label]) if span.label in _NATIVE_LABELS else None
+            values = reduce(_decode(own.block(a, b), span.label), target)
             if values is not target:
                 _encode(values, span.label, out[a:b])
+        return []
+
+    run_split(reduce_run, pieces, threads)
 
 
 def _reducers(
