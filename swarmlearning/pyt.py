@@ -1,7 +1,8 @@
 """``from swarmlearning.pyt import SwarmCallback``: the PyTorch SwarmCallback of the reference system.
 
 Weights move device → host once per sync, straight into a reused flat buffer (one ``copy_`` per tensor
-into a torch view of that buffer), and back with in-place ``copy_`` — no per-sync allocations. Under
+into a torch view of that buffer), and back with in-place ``copy_`` — no per-sync allocations; a model on
+one GPU goes through a flat buffer on that GPU, one host copy each way (``swarmlearning.staging``). Under
 ``torch.distributed`` (torchrun/DDP), rank 0 talks to the SL and broadcasts the merged weights.
 """
 
@@ -15,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError, Validation
+from swarmlearning.staging import Staging, device_of
 from wire.frames import layout_from_wire, layout_to_wire
 from wire.limits import packb, unpackb
 from wire.tensors import FlatState, TensorSpec, layout_of
@@ -80,6 +82,7 @@ class SwarmCallback(SwarmCallbackBase):
             raise SwarmError("SwarmCallback: useAdaptiveSync needs lossFunction or metricFunction")
         self._views: tuple[np.ndarray, list[torch.Tensor]] | None = None
         self._in_views: tuple[int, list[torch.Tensor]] | None = None
+        self._staging: Staging | None = None
 
     @staticmethod
     def _make_loss(name: Any, args: dict[str, Any]) -> torch.nn.Module | None:
@@ -120,6 +123,10 @@ class SwarmCallback(SwarmCallbackBase):
         specs, total = self._layout(state)
         if reuse is None or reuse.specs != specs:
             reuse = FlatState(specs, np.zeros(total, dtype=np.uint8))
+        staging = self._staging_for(state, specs, total)
+        if staging is not None:
+            staging.collect(state, torch.from_numpy(reuse.buffer))
+            return reuse
         if self._views is None or self._views[0] is not reuse.buffer:  # views of the buffer we fill
             self._views = (reuse.buffer, [_host_view(reuse.buffer, s) for s in specs])
         with torch.no_grad():
@@ -131,14 +138,29 @@ class SwarmCallback(SwarmCallbackBase):
     def _layout(state: dict[str, torch.Tensor]) -> tuple[tuple[TensorSpec, ...], int]:
         return layout_of((name, torch_dtype_label(t.dtype), tuple(t.shape)) for name, t in state.items())
 
+    def _staging_for(
+        self, state: dict[str, torch.Tensor], specs: tuple[TensorSpec, ...], total: int
+    ) -> Staging | None:
+        """The staging buffer of a model on one GPU laid out as ``specs`` (None for any other model)."""
+        device = device_of(state.values())
+        if device is None:
+            return None
+        if self._staging is None or not self._staging.fits(device, specs):
+            self._staging = Staging(device, specs, total, _TORCH)
+        return self._staging
+
     def _load_weights(self, flat: FlatState) -> None:
+        state = self._state()
+        missing = sorted(set(state) - {s.name for s in flat.specs})
+        if missing:
+            raise SwarmError(f"SwarmCallback: merged model lacks tensors {missing[:5]}")
+        staging = self._staging_for(state, flat.specs, flat.total)
+        if staging is not None and set(state) == {s.name for s in flat.specs}:
+            staging.load(torch.from_numpy(flat.buffer), state)
+            return
         if self._in_views is None or self._in_views[0] != id(flat.buffer):
             self._in_views = (id(flat.buffer), [_host_view(flat.buffer, s) for s in flat.specs])
         by_name = dict(zip((s.name for s in flat.specs), self._in_views[1], strict=True))
-        state = self._state()
-        missing = sorted(set(state) - set(by_name))
-        if missing:
-            raise SwarmError(f"SwarmCallback: merged model lacks tensors {missing[:5]}")
         with torch.no_grad():
             for name, tensor in state.items():
                 tensor.copy_(by_name[name])

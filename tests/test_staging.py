@@ -1,0 +1,108 @@
+"""Weights of a GPU model go to and from the host through one flat buffer on the GPU
+(``swarmlearning/staging.py``): the same bytes as tensor by tensor, the padding zero, every tensor loaded.
+The GPU cases run where CUDA is; ``Staging`` itself is checked on the CPU too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from swarmlearning.pyt import SwarmCallback
+from swarmlearning.staging import Staging, device_of
+from wire.tensors import FlatState
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+class _Mixed(torch.nn.Module):
+    """Tensors of several dtypes and sizes whose offsets need padding, one of them not contiguous."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.dense = torch.nn.Linear(7, 3)
+        self.norm = torch.nn.BatchNorm1d(3)  # running stats and an int64 counter
+        self.low = torch.nn.Parameter(torch.randn(5, dtype=torch.bfloat16))
+        self.register_buffer("flags", torch.tensor([True, False, True]))
+        self.register_buffer("turned", torch.randn(4, 6).t())  # a transposed view: strides differ
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.norm(self.dense(x))
+        return out
+
+
+@pytest.fixture(autouse=True)
+def _alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWARM_LOOPBACK", "true")  # a callback without an SL
+
+
+def _callback(model: torch.nn.Module) -> SwarmCallback:
+    return SwarmCallback(4, 1, model=model, totalEpochs=1)
+
+
+def _by_tensor(model: torch.nn.Module) -> FlatState:
+    """The host buffer the tensor-by-tensor path fills (a CPU model never goes through a staging)."""
+    cb = _callback(model)
+    flat = cb._collect_weights(None)
+    assert cb._staging is None
+    return flat
+
+
+def _staged(model: torch.nn.Module, device: torch.device) -> tuple[Staging, FlatState]:
+    from swarmlearning.pyt import _TORCH
+
+    reference = _by_tensor(model)
+    staging = Staging(device, reference.specs, reference.total, _TORCH)
+    host = FlatState(reference.specs, np.full(reference.total, 0xAB, dtype=np.uint8))
+    tensors = {k: v.to(device) for k, v in model.state_dict().items()}
+    staging.collect(tensors, torch.from_numpy(host.buffer))
+    return staging, host
+
+
+def test_a_staging_collects_the_bytes_the_tensor_by_tensor_path_does_padding_included() -> None:
+    model = _Mixed()
+    reference = _by_tensor(model)
+    assert reference.total > sum(s.nbytes for s in reference.specs)  # the layout has padding
+    _, host = _staged(model, torch.device("cpu"))
+    assert host.buffer.tobytes() == reference.buffer.tobytes()
+
+
+def test_a_staging_loads_every_tensor_in_place() -> None:
+    source, target = _Mixed(), _Mixed()
+    with torch.no_grad():
+        for tensor in target.state_dict().values():
+            tensor.zero_()
+    staging, host = _staged(source, torch.device("cpu"))
+    tensors = target.state_dict()
+    before = {k: v.data_ptr() for k, v in tensors.items()}
+    staging.load(torch.from_numpy(host.buffer), tensors)
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(target.state_dict()[name], tensor), name
+        assert target.state_dict()[name].data_ptr() == before[name]
+
+
+def test_only_a_model_on_one_gpu_is_staged() -> None:
+    assert device_of([torch.zeros(2), torch.zeros(3)]) is None
+    assert device_of([torch.zeros(2), torch.zeros(2, device="meta")]) is None
+    assert device_of([]) is None
+
+
+@CUDA
+def test_a_gpu_model_sends_the_bytes_of_its_cpu_twin_and_loads_them_back() -> None:
+    cpu_model = _Mixed()
+    reference = _by_tensor(cpu_model)
+    gpu_model = _Mixed().cuda()
+    cb = _callback(gpu_model)
+    sent = cb._collect_weights(None)
+    assert cb._staging is not None and cb._staging.device.type == "cuda"
+    assert sent.buffer.tobytes() == reference.buffer.tobytes()
+    assert device_of(gpu_model.state_dict().values()) == cb._staging.device
+
+    merged = FlatState(reference.specs, reference.buffer.copy())
+    weight = next(spec for spec in reference.specs if spec.name == "dense.weight")
+    merged.buffer[weight.offset + 3] ^= 0x40  # a merged model differs from what was sent
+    cb._load_weights(merged)
+    again = cb._collect_weights(None)
+    assert again.buffer.tobytes() == merged.buffer.tobytes()
+    assert not torch.equal(gpu_model.dense.weight.cpu(), cpu_model.dense.weight)
