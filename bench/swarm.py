@@ -13,7 +13,9 @@ the program's own clock (``seconds`` of its result.json: from ``on_train_begin``
 ``on_train_end``, so every sync, validation and the wait for the last peer are in it). Time inside sync
 rounds and in validation are details in the note. This machine is shared: figures move 2-3x between runs.
 
-Run: ``.venv/bin/python bench/swarm.py [--quick]``; ``make bench`` runs the quick mode (``run()``).
+Run: ``.venv/bin/python bench/swarm.py [--quick | --per-node N --epochs E]``; ``make bench`` runs the quick
+mode (``run()``). On a GPU the programs train on it (4 on one GPU): ``--per-node 15000 --epochs 10`` is the
+size of the measurement in issue 13 (MNIST in 4 shards, 10 epochs).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import ROOT, make_row, print_rows, quick_flag
+from bench.common import ROOT, bench_parser, make_row, positive_int, print_rows
 from bench.processes import Processes, children_cpu_seconds
 from bench.swarm_setup import start_sl, start_sn
 from daemons.sl.roundtimes import parse_steps
@@ -258,11 +260,26 @@ def run(quick: bool = True) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    quick = quick_flag(
-        __doc__, "4 x 4,096 samples x 2 epochs (make bench's run) instead of 4 x 8,192 x 3, and no merge rows"
+    parser = bench_parser(__doc__)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="4 x 4,096 samples x 2 epochs (make bench's run) instead of 4 x 8,192 x 3, and no merge rows",
     )
+    parser.add_argument(
+        "--per-node", type=positive_int, help="samples per node (with --epochs; no merge rows)"
+    )
+    parser.add_argument("--epochs", type=positive_int, help="epochs (with --per-node)")
+    args = parser.parse_args()
+    if (args.per_node is None) != (args.epochs is None):
+        parser.error("--per-node and --epochs go together")
+    if args.quick and args.per_node is not None:
+        parser.error("--quick or --per-node/--epochs, not both")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    print_rows("swarm", run(quick) + ([] if quick else merge_rows()))
+    if args.per_node is not None:
+        print_rows("swarm", measure(Size(args.per_node, args.epochs)))
+    else:
+        print_rows("swarm", run(args.quick) + ([] if args.quick else merge_rows()))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def test_help_says_what_it_measures_and_runs_nothing(script: str) -> None:
     [
         ("rounds", ["--quick"], "unrecognized arguments: --quick"),
         ("swarm", ["--fast"], "unrecognized arguments: --fast"),
+        ("swarm", ["--per-node", "5"], "--per-node and --epochs go together"),
+        ("swarm", ["--per-node", "5", "--epochs", "0"], "argument --epochs: 0 is not above 0"),
         ("fuzz", ["lots"], "argument cases: 'lots' is not a whole number"),
         ("ledger", ["0"], "argument transactions: 0 is not above 0"),
         ("ledger_core", ["1000", "-5"], "argument batch: -5 is not above 0"),
