@@ -21,6 +21,7 @@ from wire.tensors import (
     iter_chunks,
     make_manifest,
     manifest_from_body,
+    specs_from_wire,
 )
 
 CHUNK = 1 << 16
@@ -196,3 +197,15 @@ def test_truncated_or_flipped_chunks_only_raise_codec_error(cut: int, byte: int)
 def test_random_manifest_bodies_only_raise_codec_error(body: dict[str, object]) -> None:
     with contextlib.suppress(CodecError):
         manifest_from_body(body)
+
+
+def test_a_layout_seen_lately_is_answered_from_memory_and_a_bad_one_is_still_refused() -> None:
+    items = [["a", "float32", [4, 3], 0, 48], ["b", "int64", [2], 64, 16]]
+    first = specs_from_wire(items, 80, "layout")
+    assert specs_from_wire([list(item) for item in items], 80, "layout") is first
+    with pytest.raises(CodecError, match="overruns 70"):
+        specs_from_wire(items, 70, "layout")  # the same tensors in a buffer too small
+    items[1][3] = 32  # the caller's list changed after it was read: "b" now overlaps "a"
+    with pytest.raises(CodecError, match="tensor 'b' overlaps another"):
+        specs_from_wire(items, 80, "layout")
+    assert specs_from_wire([["a", "float32", [4, 3], 0, 48], ["b", "int64", [2], 64, 16]], 80, "x") is first

@@ -11,7 +11,7 @@ from typing import Any
 
 from wire.errors import CodecError
 from wire.limits import packb, unpackb
-from wire.tensors import MAX_STATE_BYTES, TensorSpec, check_layout, spec_from_wire
+from wire.tensors import MAX_STATE_BYTES, TensorSpec, specs_from_wire
 
 __all__ = [
     "HEADER_PREFIX",
@@ -68,6 +68,4 @@ def layout_from_wire(items: Any, total: int, *, what: str = "layout") -> tuple[T
     """Validate a wire layout against a buffer of ``total`` bytes."""
     if not isinstance(items, list):
         raise CodecError(f"{what} must be a list")
-    specs = tuple(spec_from_wire(item, what) for item in items)
-    check_layout(specs, total, what)
-    return specs
+    return specs_from_wire(items, total, what)
