@@ -37,7 +37,7 @@ class Staging:
 
     def __init__(
         self, device: torch.device, specs: Sequence[TensorSpec], total: int, dtypes: dict[str, torch.dtype]
-    ):
+    ) -> None:
         self.device, self.specs = device, tuple(specs)
         self.flat = torch.zeros(total, dtype=torch.uint8, device=device)
         self.views = {
