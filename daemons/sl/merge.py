@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from daemons.sl.buffers import MODEL_BUFFERS
 from wire.tensors import DTYPES
-from wire.workers import run_split, threads_for
+from wire.workers import PARALLEL_BYTES, run_split, threads_for
 
 __all__ = [
     "DTYPE_LABELS",
@@ -76,6 +76,7 @@ _NATIVE_LABELS = frozenset({"float32", "float64"})  # computed in their own prec
 _ALIGN = 64  # tensor offsets in a flat buffer are multiples of this
 _BLOCK_BYTES = 1 << 17  # bytes per peer per step: fits in cache, and BLAS stays on one thread
 _GRAM_COLUMNS = 1 << 12  # columns per Gram product: small enough that BLAS keeps it on one thread
+_GRAM_PARTS = 8  # partial sums of a large model's Gram matrix (see _gram)
 _MAX_ITEMSIZE = max(dtype.itemsize for dtype in _STORAGE.values())  # the widest a Gram block reads
 _PAIRWISE_MAX_PEERS = 16  # weighted median by pairwise comparison up to this many peers
 _PAIRWISE_COLUMNS = 1 << 14  # columns per pairwise chunk, so its temporaries stay in cache
@@ -844,19 +845,40 @@ def _gram(rows: _Peers, tensors: Sequence[_Tensor], weights: _Array) -> _Gram:
     Centring on the median (of the peers with a positive weight) rather than the mean keeps the honest
     rows' small differences exact when one row is huge: around the mean they would be lost in rounding.
     """
-    n = len(weights)
-    g, xc, cc = np.zeros((n, n)), np.zeros(n), 0.0
     active = np.flatnonzero(weights)
+    pieces = [
+        (tensor.label, a, b)
+        for tensor in tensors
+        for a, b in _blocks(tensor.offset, tensor.end, _GRAM_COLUMNS * _STORAGE[tensor.label].itemsize)
+    ]
+    # A large model's sums are made in _GRAM_PARTS fixed parts, added in order: the same bits on any
+    # number of threads (a small one's in one part, as they always were).
+    parts = _GRAM_PARTS if rows.total >= PARALLEL_BYTES else 1
+    bounds = [len(pieces) * k // parts for k in range(parts + 1)]
+    groups = [pieces[bounds[k] : bounds[k + 1]] for k in range(parts)]
+    threads = threads_for(rows.total)
+
+    def sums_run(run: Sequence[list[tuple[str, int, int]]]) -> list[_Gram]:
+        own = rows if threads == 1 else rows.with_own_scratch()
+        return [_gram_part(own, group, active, len(weights)) for group in run]
+
+    g, xc, cc = np.zeros((len(weights), len(weights))), np.zeros(len(weights)), 0.0
+    for part in run_split(sums_run, groups, threads):
+        g, xc, cc = g + part.g, xc + part.xc, cc + part.cc
+    return _Gram(g, xc, cc)
+
+
+def _gram_part(rows: _Peers, pieces: Sequence[tuple[str, int, int]], active: _Array, n: int) -> _Gram:
+    """``_Gram`` of the byte ranges ``pieces`` only."""
+    g, xc, cc = np.zeros((n, n)), np.zeros(n), 0.0
     middle = (len(active) - 1) // 2
-    for tensor in tensors:
-        step = _GRAM_COLUMNS * _STORAGE[tensor.label].itemsize
-        for a, b in _blocks(tensor.offset, tensor.end, step):
-            x = _decode(rows.block(a, b), tensor.label).astype(np.float64)
-            centre = np.partition(x[active], middle, axis=0)[middle]
-            x -= centre
-            g += x @ x.T
-            xc += x @ centre
-            cc += float(centre @ centre)
+    for label, a, b in pieces:
+        x = _decode(rows.block(a, b), label).astype(np.float64)
+        centre = np.partition(x[active], middle, axis=0)[middle]
+        x -= centre
+        g += x @ x.T
+        xc += x @ centre
+        cc += float(centre @ centre)
     return _Gram(g, xc, cc)
 
 
