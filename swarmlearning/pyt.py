@@ -151,11 +151,12 @@ class SwarmCallback(SwarmCallbackBase):
 
     def _load_weights(self, flat: FlatState) -> None:
         state = self._state()
-        missing = sorted(set(state) - {s.name for s in flat.specs})
+        names = {s.name for s in flat.specs}
+        missing = sorted(set(state) - names)
         if missing:
             raise SwarmError(f"SwarmCallback: merged model lacks tensors {missing[:5]}")
-        staging = self._staging_for(state, flat.specs, flat.total)
-        if staging is not None and set(state) == {s.name for s in flat.specs}:
+        staging = self._staging_for(state, flat.specs, flat.total) if set(state) == names else None
+        if staging is not None:
             staging.load(torch.from_numpy(flat.buffer), state)
             return
         if self._in_views is None or self._in_views[0] != id(flat.buffer):
