@@ -65,7 +65,5 @@ def layout_to_wire(specs: tuple[TensorSpec, ...]) -> list[list[Any]]:
 
 
 def layout_from_wire(items: Any, total: int, *, what: str = "layout") -> tuple[TensorSpec, ...]:
-    """Validate a wire layout against a buffer of ``total`` bytes."""
-    if not isinstance(items, list):
-        raise CodecError(f"{what} must be a list")
+    """Validate a wire layout against a buffer of ``total`` bytes (``specs_from_wire``)."""
     return specs_from_wire(items, total, what)

@@ -347,7 +347,7 @@ def specs_from_wire(items: Any, total: int, what: str) -> tuple[TensorSpec, ...]
         if seen_total == total and seen == items:
             return specs
     if not isinstance(items, list) or len(items) > MAX_TENSORS:
-        raise CodecError(f"{what}: the tensors must be a list of at most {MAX_TENSORS}")
+        raise CodecError(f"{what}: 'tensors' must be a list of at most {MAX_TENSORS}")
     specs = tuple(spec_from_wire(item, what) for item in items)
     check_layout(specs, total, what)
     kept = [[s.name, s.dtype, list(s.shape), s.offset, s.nbytes] for s in specs]
@@ -383,8 +383,6 @@ def manifest_from_body(body: dict[str, Any], *, what: str = "manifest") -> Manif
     if not isinstance(chunk_size, int):
         raise CodecError(f"{what}: 'chunk_size' must be an integer")
     _check_chunk_size(chunk_size)
-    if not isinstance(tensors, list) or len(tensors) > MAX_TENSORS:
-        raise CodecError(f"{what}: 'tensors' must be a list of at most {MAX_TENSORS}")
     specs = specs_from_wire(tensors, total, what)
     if not isinstance(chunks, list) or len(chunks) != _chunk_count(total, chunk_size):
         raise CodecError(f"{what}: expected {_chunk_count(total, chunk_size)} chunk digests")
