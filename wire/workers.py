@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
-__all__ = ["MAX_THREADS", "PARALLEL_BYTES", "cores", "run_split", "threads_for"]
+__all__ = ["MAX_THREADS", "PARALLEL_BYTES", "cores", "cut", "run_split", "threads_for"]
 
 MAX_THREADS = 8
 PARALLEL_BYTES = 1 << 23  # a model of fewer bytes is screened and merged on one thread
@@ -49,14 +49,19 @@ def _shared_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def cut(items: Sequence[_T], count: int) -> list[Sequence[_T]]:
+    """``items`` in ``count`` runs of consecutive items, their lengths at most one apart."""
+    bounds = [len(items) * k // count for k in range(count + 1)]
+    return [items[bounds[k] : bounds[k + 1]] for k in range(count)]
+
+
 def run_split(fn: Callable[[Sequence[_T]], list[_R]], items: Sequence[_T], threads: int) -> list[_R]:
     """``fn`` over ``items`` cut into ``threads`` runs of consecutive items (the calling thread takes the
     first), the results joined in order. ``fn`` must not wait for this pool itself."""
     count = max(1, min(threads, len(items)))
     if count == 1:
         return fn(items)
-    bounds = [len(items) * k // count for k in range(count + 1)]
-    runs = [items[bounds[k] : bounds[k + 1]] for k in range(count)]
+    runs = cut(items, count)
     futures = [_shared_pool().submit(fn, run) for run in runs[1:]]
     try:
         results = fn(runs[0])

@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from daemons.sl.buffers import MODEL_BUFFERS
 from wire.tensors import DTYPES
-from wire.workers import PARALLEL_BYTES, run_split, threads_for
+from wire.workers import PARALLEL_BYTES, cut, run_split, threads_for
 
 __all__ = [
     "DTYPE_LABELS",
@@ -853,12 +853,10 @@ def _gram(rows: _Peers, tensors: Sequence[_Tensor], weights: _Array) -> _Gram:
     ]
     # A large model's sums are made in _GRAM_PARTS fixed parts, added in order: the same bits on any
     # number of threads (a small one's in one part, as they always were).
-    parts = _GRAM_PARTS if rows.total >= PARALLEL_BYTES else 1
-    bounds = [len(pieces) * k // parts for k in range(parts + 1)]
-    groups = [pieces[bounds[k] : bounds[k + 1]] for k in range(parts)]
+    groups = cut(pieces, _GRAM_PARTS if rows.total >= PARALLEL_BYTES else 1)
     threads = threads_for(rows.total)
 
-    def sums_run(run: Sequence[list[tuple[str, int, int]]]) -> list[_Gram]:
+    def sums_run(run: Sequence[Sequence[tuple[str, int, int]]]) -> list[_Gram]:
         own = rows if threads == 1 else rows.with_own_scratch()
         return [_gram_part(own, group, active, len(weights)) for group in run]
 
