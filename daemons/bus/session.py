@@ -263,7 +263,7 @@ class Bus:
                     await self._on_connect(client)
                     attempt = 0
                     async for _ in client.messages:  # none: they go to _dispatch; ends when disconnected
-                        raise_if_cancelling()
+                        pass
             except aiomqtt.MqttError as exc:
                 self._note_failure(exc)
             finally:

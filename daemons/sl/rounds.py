@@ -317,8 +317,9 @@ class RoundEngine:
                 sources = [latest["leader"], *await self._holders(number)]
                 try:
                     result = await self._load(latest["digest"], sources, number)
-                except BusError as exc:  # its leader died before a participant pulled it: as they do,
-                    # go on with our own model into the next round (whose merge makes one model again)
+                except BusError as exc:
+                    # Its leader died before a participant pulled it: as they do, go on with our own
+                    # model into the next round (whose merge makes one model again).
                     log.warning("round %d: %s; taking part in the next round with our own model", number, exc)
                     return await self._take_part(flat, samples=samples, weight=weight, init=False)
                 log.info("starting from the swarm's model %s of round %s", result.digest[:16], result.round)
