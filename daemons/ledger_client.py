@@ -356,8 +356,9 @@ class LedgerClient:
         return {"contract": contract, "run": chosen, "runs": index.runs(contract), "records": records}
 
     @contextlib.asynccontextmanager
-    async def watch(self, entity: str, key: str = "+") -> AsyncIterator[Watch]:
-        """Subscribe to the events of ``entity`` (``key`` or all keys) for the duration of the block."""
+    async def watch(self, entity: str, key: str = "+", *, keep: bool = False) -> AsyncIterator[Watch]:
+        """Subscribe to the events of ``entity`` (``key`` or all keys) for the duration of the block;
+        ``keep``: the broker keeps the subscription for the next watch (``Bus.subscribe``)."""
         topic = self.bus.topics.events("+", entity, key)
-        async with self.bus.subscribe(topic, maxsize=10_000) as sub:
+        async with self.bus.subscribe(topic, maxsize=10_000, keep=keep) as sub:
             yield Watch(self.bus, sub, entity)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,6 +27,8 @@ from daemons.bus import (
     RpcError,
 )
 from daemons.bus.config import BrokerAddress
+from daemons.bus.endpoint import Subscription
+from daemons.bus.mqtt_client import DirectClient
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from tests.conftest import MakeBus, bus_factory, eventually
 from wire import encode_envelope, make_envelope
@@ -202,3 +205,94 @@ async def test_50mb_state_dict_round_trips_bit_exactly(make_bus: MakeBus) -> Non
             np.testing.assert_array_equal(got.arrays()[name], arr)
         with pytest.raises(TransferError, match="does not hold model"):
             await fetch_state(fetcher, "sl-1", b"\1" * 32)
+
+
+class _BrokerCalls:
+    """Counts the SUBSCRIBE and UNSUBSCRIBE packets buses send (still sending them)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.subscribes: list[str] = []
+        self.unsubscribes: list[str] = []
+        subscribe, unsubscribe = DirectClient.subscribe, DirectClient.unsubscribe
+
+        async def counted_subscribe(client: DirectClient, topic: str, *args: Any, **kwargs: Any) -> Any:
+            self.subscribes.append(topic)
+            return await subscribe(client, topic, *args, **kwargs)
+
+        async def counted_unsubscribe(client: DirectClient, topic: str, *args: Any, **kwargs: Any) -> Any:
+            self.unsubscribes.append(topic)
+            return await unsubscribe(client, topic, *args, **kwargs)
+
+        monkeypatch.setattr(DirectClient, "subscribe", counted_subscribe)
+        monkeypatch.setattr(DirectClient, "unsubscribe", counted_unsubscribe)
+
+
+async def _next_payload(sub: Subscription) -> bytes:
+    return bytes((await asyncio.wait_for(sub.get(), 5)).payload)
+
+
+async def test_a_kept_filter_is_subscribed_once_and_its_next_block_sees_what_follows(
+    make_bus: MakeBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _BrokerCalls(monkeypatch)
+    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
+        topic, published = (
+            listener.topics.events("sn-1", "round", "c1"),
+            sender.topics.event("sn-1", "round", "c1"),
+        )
+        for block in range(3):
+            async with listener.subscribe(topic, keep=True) as sub:
+                await sender.publish(published, b"in %d" % block)
+                assert await _next_payload(sub) == b"in %d" % block
+            await sender.publish(published, b"between %d" % block)  # reaches the bus, matches no subscription
+        async with listener.subscribe(topic, keep=True) as sub:
+            await sender.publish(published, b"last")
+            assert await _next_payload(sub) == b"last"  # not a message sent between blocks
+        assert calls.subscribes.count(topic) == 1
+        assert topic not in calls.unsubscribes
+
+
+async def test_a_filter_not_kept_is_subscribed_once_while_in_use_and_left_after_its_last_block(
+    make_bus: MakeBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _BrokerCalls(monkeypatch)
+    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
+        topic, published = (
+            listener.topics.events("sn-1", "node", "sl-1"),
+            sender.topics.event("sn-1", "node", "sl-1"),
+        )
+        async with listener.subscribe(topic) as outer:
+            async with listener.subscribe(topic) as inner:
+                await sender.publish(published, b"both")
+                assert await _next_payload(outer) == b"both"
+                assert await _next_payload(inner) == b"both"
+            assert calls.unsubscribes == []  # the outer block still uses it
+        assert calls.subscribes.count(topic) == 1
+        assert calls.unsubscribes == [topic]
+        async with listener.subscribe(topic) as again:  # the broker left it: subscribed anew
+            await sender.publish(published, b"again")
+            assert await _next_payload(again) == b"again"
+        assert calls.subscribes.count(topic) == 2
+
+
+async def test_a_kept_filter_is_subscribed_again_after_the_broker_restarts(
+    fresh_mosquitto: ManagedBroker, network: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _BrokerCalls(monkeypatch)
+    make_bus = bus_factory(fresh_mosquitto.address, network)
+    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
+        topic, published = (
+            listener.topics.events("sn-1", "round", "c1"),
+            sender.topics.event("sn-1", "round", "c1"),
+        )
+        async with listener.subscribe(topic, keep=True) as sub:
+            await sender.publish(published, b"before")
+            assert await _next_payload(sub) == b"before"
+        fresh_mosquitto.kill()
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(fresh_mosquitto.restart)
+        assert await eventually(lambda: listener.reconnects >= 1 and sender.reconnects >= 1, timeout=20)
+        async with listener.subscribe(topic, keep=True) as sub:  # the new connection lacks it
+            await sender.publish(published, b"after", timeout=20)
+            assert await _next_payload(sub) == b"after"
+        assert calls.subscribes.count(topic) == 2

@@ -113,6 +113,9 @@ class Bus:
         self._presence = presence
         self.session = secrets.token_hex(8)
         self._subs: list[Subscription] = []
+        # Filters the broker has (SUBACK received) on the connection named; a kept one is never unsubscribed.
+        self._at_broker: dict[str, aiomqtt.Client] = {}
+        self._kept: set[str] = set()
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
         self._failed = asyncio.Event()
@@ -299,6 +302,7 @@ class Bus:
         self._client = client
         for topic_filter in dict.fromkeys(s.filter for s in self._subs):
             await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
+            self._at_broker[topic_filter] = client
         if self._presence is not None and not self._left:
             await self._publish_presence("online")
         if self._ever_connected:
@@ -470,34 +474,51 @@ class Bus:
 
     # -------------------------------------------------------------- subscribe
     @contextlib.asynccontextmanager
-    async def subscribe(self, topic_filter: str, *, maxsize: int = 1000) -> AsyncIterator[Subscription]:
+    async def subscribe(
+        self, topic_filter: str, *, maxsize: int = 1000, keep: bool = False
+    ) -> AsyncIterator[Subscription]:
         """Subscribe to ``topic_filter`` for the duration of the block (SUBACK received on entry while
-        connected; during an outage the next reconnect subscribes it, as it does every subscription)."""
+        connected; during an outage the next reconnect subscribes it, as it does every subscription).
+
+        ``keep``: the broker keeps the filter after the block, for the rest of the connection, so the
+        next block on it costs no round trip to the broker (a filter taken again and again: a round's
+        events); its messages in between match no subscription and are dropped here.
+        """
         sub = Subscription(topic_filter, maxsize)
         self._subs.append(sub)
+        if keep:
+            self._kept.add(topic_filter)
         try:
             try:
                 client: aiomqtt.Client | None = await self._wait_connected(self.config.connect_timeout)
             except BusError as exc:
                 log.warning("bus[%s] %s; subscribing to %s when it is back", self.uid, exc, topic_filter)
                 client = None
-            if client is not None:
+            if client is not None and self._at_broker.get(topic_filter) is not client:
                 with contextlib.suppress(aiomqtt.MqttError):  # a reconnect resubscribes everything
                     await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
+                    self._at_broker[topic_filter] = client
                 raise_if_cancelling()
             yield sub
         finally:
             self._subs.remove(sub)
-            client_now = self._client
-            # a closing session unsubscribes from nothing (the connection may be gone: no UNSUBACK)
-            if (
-                client_now is not None
-                and not self._closing
-                and all(s.filter != topic_filter for s in self._subs)
-            ):
-                with contextlib.suppress(aiomqtt.MqttError, asyncio.CancelledError):
-                    await client_now.unsubscribe(topic_filter)
-                raise_if_cancelling()  # the suppress above must not swallow our own cancellation
+            await self._unsubscribe_unused(topic_filter)
+
+    async def _unsubscribe_unused(self, topic_filter: str) -> None:
+        """UNSUBSCRIBE a filter no subscription uses any more, unless it is kept; a closing session
+        unsubscribes from nothing (the connection may be gone: no UNSUBACK)."""
+        client_now = self._client
+        if (
+            client_now is None
+            or self._closing
+            or topic_filter in self._kept
+            or any(s.filter == topic_filter for s in self._subs)
+        ):
+            return
+        self._at_broker.pop(topic_filter, None)
+        with contextlib.suppress(aiomqtt.MqttError, asyncio.CancelledError):
+            await client_now.unsubscribe(topic_filter)
+        raise_if_cancelling()  # the suppress above must not swallow our own cancellation
 
     def add_subscription(self, topic_filter: str, *, maxsize: int = 1000) -> Subscription:
         """A subscription for the whole session (subscribed on the next (re)connect or now)."""

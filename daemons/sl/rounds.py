@@ -341,7 +341,7 @@ class RoundEngine:
         await self.ledger.submit("contract.done", {"contract": self.contract, "mode": mode})
         own = self.latest.flat if mode == "active" and self.latest is not None else flat
         weight = 0.0 if mode == "inactive" else weight
-        async with self.ledger.watch("round", self.contract) as watch:
+        async with self.ledger.watch("round", self.contract, keep=True) as watch:
             while True:
                 status = await self.ledger.query("contract.status", name=self.contract)
                 if status.get("status") == "COMPLETE" and status.get("final_digest"):
@@ -488,7 +488,7 @@ class RoundEngine:
     async def _follow(self, part: _Part) -> RoundResult:
         """Our check-in, on the ledger: submitted, then followed until the round gives us a model (or,
         once we went on early, until it closed and, were we its leader, our merge was recorded)."""
-        async with self.ledger.watch("round", self.contract) as watch:
+        async with self.ledger.watch("round", self.contract, keep=True) as watch:
             receipt = await self.ledger.submit("round.checkin", part.body)
             number = self._checked_in(part, receipt)
             # The watch was subscribed before the checkin, so the events of its block and of every later
