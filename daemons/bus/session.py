@@ -113,9 +113,8 @@ class Bus:
         self._presence = presence
         self.session = secrets.token_hex(8)
         self._subs: list[Subscription] = []
-        # Filters the broker has (SUBACK received) on the connection named; a kept one is never unsubscribed.
-        self._at_broker: dict[str, aiomqtt.Client] = {}
-        self._kept: set[str] = set()
+        self._at_broker: dict[str, aiomqtt.Client] = {}  # filter -> the connection that has its SUBACK
+        self._kept: set[str] = set()  # filters subscribed with keep: never unsubscribed
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
         self._failed = asyncio.Event()
