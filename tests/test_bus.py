@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -231,68 +233,72 @@ async def _next_payload(sub: Subscription) -> bytes:
     return bytes((await asyncio.wait_for(sub.get(), 5)).payload)
 
 
+class _Pair(NamedTuple):
+    listener: Bus
+    sender: Bus
+    events: str  # the listener's filter for the sender's events at the path
+    published: str  # the topic the sender publishes them on
+
+
+@contextlib.asynccontextmanager
+async def _pair(make_bus: MakeBus, *path: str) -> AsyncIterator[_Pair]:
+    """An SL listening to an SN's events at ``path``."""
+    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
+        yield _Pair(
+            listener, sender, listener.topics.events("sn-1", *path), sender.topics.event("sn-1", *path)
+        )
+
+
 async def test_a_kept_filter_is_subscribed_once_and_its_next_block_sees_what_follows(
     make_bus: MakeBus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _BrokerCalls(monkeypatch)
-    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
-        topic, published = (
-            listener.topics.events("sn-1", "round", "c1"),
-            sender.topics.event("sn-1", "round", "c1"),
-        )
+    async with _pair(make_bus, "round", "c1") as (listener, sender, events, published):
         for block in range(3):
-            async with listener.subscribe(topic, keep=True) as sub:
+            async with listener.subscribe(events, keep=True) as sub:
                 await sender.publish(published, b"in %d" % block)
                 assert await _next_payload(sub) == b"in %d" % block
             await sender.publish(published, b"between %d" % block)  # reaches the bus, matches no subscription
-        async with listener.subscribe(topic, keep=True) as sub:
+        async with listener.subscribe(events, keep=True) as sub:
             await sender.publish(published, b"last")
             assert await _next_payload(sub) == b"last"  # not a message sent between blocks
-        assert calls.subscribes.count(topic) == 1
-        assert topic not in calls.unsubscribes
+    assert calls.subscribes.count(events) == 1
+    assert events not in calls.unsubscribes
 
 
 async def test_a_filter_not_kept_is_subscribed_once_while_in_use_and_left_after_its_last_block(
     make_bus: MakeBus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _BrokerCalls(monkeypatch)
-    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
-        topic, published = (
-            listener.topics.events("sn-1", "node", "sl-1"),
-            sender.topics.event("sn-1", "node", "sl-1"),
-        )
-        async with listener.subscribe(topic) as outer:
-            async with listener.subscribe(topic) as inner:
+    async with _pair(make_bus, "node", "sl-1") as (listener, sender, events, published):
+        async with listener.subscribe(events) as outer:
+            async with listener.subscribe(events) as inner:
                 await sender.publish(published, b"both")
                 assert await _next_payload(outer) == b"both"
                 assert await _next_payload(inner) == b"both"
             assert calls.unsubscribes == []  # the outer block still uses it
-        assert calls.subscribes.count(topic) == 1
-        assert calls.unsubscribes == [topic]
-        async with listener.subscribe(topic) as again:  # the broker left it: subscribed anew
+        assert calls.subscribes.count(events) == 1
+        assert calls.unsubscribes == [events]
+        async with listener.subscribe(events) as again:  # the broker left it: subscribed anew
             await sender.publish(published, b"again")
             assert await _next_payload(again) == b"again"
-        assert calls.subscribes.count(topic) == 2
+    assert calls.subscribes.count(events) == 2
 
 
 async def test_a_kept_filter_is_subscribed_again_after_the_broker_restarts(
     fresh_mosquitto: ManagedBroker, network: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _BrokerCalls(monkeypatch)
-    make_bus = bus_factory(fresh_mosquitto.address, network)
-    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
-        topic, published = (
-            listener.topics.events("sn-1", "round", "c1"),
-            sender.topics.event("sn-1", "round", "c1"),
-        )
-        async with listener.subscribe(topic, keep=True) as sub:
+    async with _pair(bus_factory(fresh_mosquitto.address, network), "round", "c1") as pair:
+        listener, sender, events, published = pair
+        async with listener.subscribe(events, keep=True) as sub:
             await sender.publish(published, b"before")
             assert await _next_payload(sub) == b"before"
         fresh_mosquitto.kill()
         await asyncio.sleep(0.3)
         await asyncio.to_thread(fresh_mosquitto.restart)
         assert await eventually(lambda: listener.reconnects >= 1 and sender.reconnects >= 1, timeout=20)
-        async with listener.subscribe(topic, keep=True) as sub:  # the new connection lacks it
+        async with listener.subscribe(events, keep=True) as sub:  # the new connection lacks it
             await sender.publish(published, b"after", timeout=20)
             assert await _next_payload(sub) == b"after"
-        assert calls.subscribes.count(topic) == 2
+        assert calls.subscribes.count(events) == 2
