@@ -229,8 +229,8 @@ class _BrokerCalls:
         monkeypatch.setattr(DirectClient, "unsubscribe", counted_unsubscribe)
 
 
-async def _next_payload(sub: Subscription) -> bytes:
-    return bytes((await asyncio.wait_for(sub.get(), 5)).payload)
+async def _next_payload(sub: Subscription, timeout: float = 5) -> bytes:
+    return bytes((await asyncio.wait_for(sub.get(), timeout)).payload)
 
 
 class _Pair(NamedTuple):
@@ -241,9 +241,12 @@ class _Pair(NamedTuple):
 
 
 @contextlib.asynccontextmanager
-async def _pair(make_bus: MakeBus, *path: str) -> AsyncIterator[_Pair]:
-    """An SL listening to an SN's events at ``path``."""
-    async with make_bus("sl-1") as listener, make_bus("sn-1", "sn") as sender:
+async def _pair(make_bus: MakeBus, *path: str, publish_timeout: float = 30.0) -> AsyncIterator[_Pair]:
+    """An SL listening to an SN's events at ``path`` (``publish_timeout``: of both buses)."""
+    async with (
+        make_bus("sl-1", publish_timeout=publish_timeout) as listener,
+        make_bus("sn-1", "sn", publish_timeout=publish_timeout) as sender,
+    ):
         yield _Pair(
             listener, sender, listener.topics.events("sn-1", *path), sender.topics.event("sn-1", *path)
         )
@@ -302,3 +305,44 @@ async def test_a_kept_filter_is_subscribed_again_after_the_broker_restarts(
             await sender.publish(published, b"after", timeout=20)
             assert await _next_payload(sub) == b"after"
         assert calls.subscribes.count(events) == 2
+
+
+async def test_a_publish_waiting_for_its_acknowledgement_is_sent_again_once_the_connection_drops(
+    fresh_mosquitto: ManagedBroker, network: str
+) -> None:
+    """The broker takes a QoS-1 message and dies before it acknowledges it: the publish is sent again on
+    the next connection, not when the client gives up waiting for the acknowledgement (here 300 s)."""
+    make_bus = bus_factory(fresh_mosquitto.address, network)
+    async with _pair(make_bus, "round", "c1", publish_timeout=300) as (_, sender, _, published):
+        assert fresh_mosquitto.pid is not None
+        os.kill(fresh_mosquitto.pid, signal.SIGSTOP)  # its socket takes the bytes; it answers nothing
+        publishing = asyncio.ensure_future(sender.publish(published, b"through a restart", timeout=300))
+        await asyncio.sleep(0.5)
+        assert not publishing.done()
+        fresh_mosquitto.kill()
+        await asyncio.to_thread(fresh_mosquitto.restart)
+        await asyncio.wait_for(publishing, 60)  # acknowledged by the new broker
+        assert sender.reconnects >= 1
+
+
+async def test_a_subscription_waiting_for_its_acknowledgement_is_made_on_the_next_connection(
+    fresh_mosquitto: ManagedBroker, network: str
+) -> None:
+    """A SUBSCRIBE the broker never acknowledged is made again on the next connection, not when the client
+    gives up waiting for the acknowledgement (here 300 s)."""
+    make_bus = bus_factory(fresh_mosquitto.address, network)
+    async with _pair(make_bus, "round", "c1", publish_timeout=300) as (listener, sender, events, published):
+        assert fresh_mosquitto.pid is not None
+        os.kill(fresh_mosquitto.pid, signal.SIGSTOP)
+        subscribing = asyncio.ensure_future(_first_after_restart(listener, events))
+        await asyncio.sleep(0.5)
+        fresh_mosquitto.kill()
+        await asyncio.to_thread(fresh_mosquitto.restart)
+        assert await eventually(lambda: listener.reconnects >= 1, timeout=60)
+        await sender.publish(published, b"after", timeout=60)
+        assert await asyncio.wait_for(subscribing, 60) == b"after"
+
+
+async def _first_after_restart(listener: Bus, events: str) -> bytes:
+    async with listener.subscribe(events) as sub:  # entered once the SUBSCRIBE's connection is gone
+        return await _next_payload(sub, timeout=60)

@@ -416,16 +416,18 @@ class Bus:
         timeout: float | None = None,
     ) -> None:
         """Publish, waiting through a reconnect if needed; raise BusError after ``timeout``."""
-        deadline = asyncio.get_running_loop().time() + (timeout or self.config.publish_timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or self.config.publish_timeout)
         while True:
-            remaining = deadline - asyncio.get_running_loop().time()
-            client = await self._wait_connected(max(remaining, 0.01))
-            try:
-                await client.publish(topic, payload, qos=qos, retain=retain)
+            client = await self._wait_connected(max(deadline - loop.time(), 0.01))
+            try:  # within the deadline, even if the broker never acknowledges
+                await client.publish(
+                    topic, payload, qos=qos, retain=retain, timeout=max(deadline - loop.time(), 0.01)
+                )
                 raise_if_cancelling()  # aiomqtt's wait_for may have swallowed our cancellation
                 return
             except aiomqtt.MqttError as exc:
-                if asyncio.get_running_loop().time() >= deadline:
+                if loop.time() >= deadline:
                     raise BusError(f"publish to {topic} failed: {_describe(exc)}") from None
                 await asyncio.sleep(0.05)
 
