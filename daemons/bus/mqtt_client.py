@@ -76,7 +76,8 @@ class DirectClient(aiomqtt.Client):
         **kwargs: Any,
     ) -> None:
         """aiomqtt's ``publish``, except that a message the broker did not acknowledge before the
-        connection dropped raises ``MqttError`` (aiomqtt's returns once woken, as if it had been)."""
+        connection dropped raises ``MqttError`` (aiomqtt's returns once woken, as if it had been), and
+        without aiomqtt's optional bound on concurrent calls, which the bus does not set."""
         info = self._client.publish(topic, payload, qos, retain, properties, *args, **kwargs)
         if info.rc != paho.MQTT_ERR_SUCCESS:
             raise aiomqtt.MqttCodeError(info.rc, "Could not publish message")
