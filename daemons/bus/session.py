@@ -250,7 +250,7 @@ class Bus:
             keepalive=cfg.keepalive,
             will=will,
             tls_context=cfg.tls,
-            timeout=cfg.publish_timeout,
+            timeout=cfg.connect_timeout,  # its CONNACK; publish_timeout once connected (_on_connect)
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=self._mqtt_log,
             deliver=self._dispatch,
@@ -298,6 +298,9 @@ class Bus:
             log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.broker, self._last_error)
 
     async def _on_connect(self, client: aiomqtt.Client) -> None:
+        # A broker that takes our connection but does not answer it (a NATS node while its cluster
+        # elects) is left after connect_timeout for the next of the list; other calls wait longer.
+        client.timeout = self.config.publish_timeout
         self._client = client
         for topic_filter in dict.fromkeys(s.filter for s in self._subs):
             await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
