@@ -14,6 +14,7 @@ from daemons.bus import Bus, BusConfig
 from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN, start_sn
 from tests.swarm_helpers import RunningSL, start_sl, start_together, wait_for_line
+from wire import decode_envelope, encode_envelope, make_envelope
 
 pytestmark = pytest.mark.slow
 
@@ -300,3 +301,47 @@ def test_a_leader_dying_after_handing_over_its_early_merge_is_replaced_by_a_node
     # a survivor merged and recorded that round (the ledger keeps only the last rounds: read the logs)
     recorded = re.compile(rf"round {died.group(1)} merged from 2 models")
     assert any(recorded.search(n.output()) for n in survivors), [n.output()[-3000:] for n in survivors]
+
+
+async def _forge_offline_presence_when_waiting(sn: RunningSN, uid: str, timeout: float = 90) -> int:
+    """Once ``uid`` alone checked in to an open round, publish its presence as ``offline`` and, once the SN
+    marked it offline (dropping that check-in), ``online`` again: what its broker's will and its reconnect
+    say when its broker drops it. Returns the round."""
+    async with Bus(BusConfig(sn.address, "swci-forger", "swci")) as bus:
+        ledger = await LedgerClient.connect(bus, timeout=10)
+        async with bus.subscribe(bus.topics.presence(uid)) as presence:
+            online = await asyncio.wait_for(presence.get(), 10)  # the retained one: topic and session
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            view = await ledger.query("contract.rounds", name=DEFAULT_CONTRACT)
+            rnd = view.get("open") or {}
+            checked = [c["uid"] for c in rnd.get("checkins") or []]
+            if not rnd.get("init") and checked == [uid]:
+                break
+            assert loop.time() < deadline, f"{uid} never waited alone in a round: {view}"
+            await asyncio.sleep(0.05)
+        said = decode_envelope(online.payload, what="presence")
+        offline = make_envelope("presence", {**said.body, "state": "offline"}, sender=uid, role=said.role)
+        async with ledger.watch("node", uid) as node:
+            await bus.publish(online.topic, encode_envelope(offline))
+            while (await node.next(timeout=30)).view.get("online"):
+                pass  # until the SN marked it offline (it registers again at once)
+        again = make_envelope("presence", said.body, sender=uid, role=said.role)
+        await bus.publish(online.topic, encode_envelope(again), retain=True)
+        return int(rnd["round"])
+
+
+def test_a_node_whose_check_in_the_ledger_dropped_while_it_was_offline_checks_in_again(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    """The SN marks a node offline (its will) while its check-in waits in an open round, which drops the
+    check-in; the node registers and joins again and checks in again, so the round closes with it."""
+    fast = start_sl(sn, "sl-1", tmp_path, SEED=1, MIN_PEERS=2, EPOCHS=1, BATCHES=12)
+    slow = start_sl(sn, "sl-2", tmp_path, SEED=2, MIN_PEERS=2, EPOCHS=1, BATCHES=12, SLEEP_PER_BATCH=1)
+    number = asyncio.run(_forge_offline_presence_when_waiting(sn, "sl-1"))
+    assert [fast.wait(180), slow.wait(180)] == [0, 0], [n.output()[-3000:] for n in (fast, slow)]
+    assert fast.final_digest() == slow.final_digest() is not None
+    log = fast.output()
+    assert "registering it again" in log
+    assert f"round {number}: the ledger dropped our check-in while it had this node offline" in log

@@ -110,6 +110,7 @@ class _Part:
     public: bool  # a merged model resent: nothing of ours to keep private
     previous: asyncio.Task[RoundResult] | None  # the follow of our last check-in, if it still ran
     prediction: _Prediction | None
+    rejoins: int  # the engine's count of re-attachments when the check-in was sent
     # set once the ledger closed the round we checked in to (or the follow ended)
     closed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     gone_early: RoundResult | None = None
@@ -137,6 +138,15 @@ async def _closed_before(following: _Following | None) -> None:
 def _participants(rnd: dict[str, Any]) -> tuple[str, ...]:
     """A round's participants in one order (sorted), as predictions and early merges name them."""
     return tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
+
+
+def _lacks(rnd: dict[str, Any] | None, uid: str) -> bool:
+    """Whether ``rnd`` is open and ``uid`` is not among its check-ins."""
+    return (
+        rnd is not None
+        and rnd.get("status") == "OPEN"
+        and all(c.get("uid") != uid for c in rnd.get("checkins") or [])
+    )
 
 
 def _has_closed(view: dict[str, Any], number: int) -> bool:
@@ -298,6 +308,12 @@ class RoundEngine:
         self._early_merges: dict[int, tuple[_Prediction, asyncio.Task[_EarlyMerge | None]]] = {}
         self._following: _Following | None = None  # our last check-in, followed after we went on early
         self._pinned_rows: dict[int, bytes] = {}  # round -> our row, kept servable until it finished
+        self.rejoins = 0  # times the ledger lost this node and it joined again
+
+    def note_rejoin(self) -> None:
+        """The ledger lost this node (it marked it offline, which drops its check-in from the open round)
+        and the node registered and joined again: a round we follow is checked in to again if needed."""
+        self.rejoins += 1
 
     @property
     def uid(self) -> str:
@@ -415,7 +431,8 @@ class RoundEngine:
         may_go_early = (
             prediction is not None and not keep_own and not init and self.uid in prediction.participants
         )
-        part = _Part(flat, manifest, body, keep_own, public, previous[1] if previous else None, prediction)
+        previous_follow = previous[1] if previous else None
+        part = _Part(flat, manifest, body, keep_own, public, previous_follow, prediction, self.rejoins)
         loop = asyncio.get_running_loop()
         source: asyncio.Task[RoundResult | None] | None = None
         if (
@@ -506,6 +523,9 @@ class RoundEngine:
                     self._confirm(view)
                     await self._lead_replaced(view, number)
                     rnd = _find(view, number)
+                    if part.rejoins != self.rejoins and _lacks(rnd, self.uid):
+                        view = await self._check_in_again(part, number)
+                        rnd = _find(view, number)
                     result, leading = await self._follow_step(part, view, rnd, number, leading)
                     if result is not None:
                         return result
@@ -628,6 +648,21 @@ class RoundEngine:
             self._timer.mark("checkin")
         log.info("checked in model %s to round %d of %s", part.digest[:16], number, self.contract)
         return number
+
+    async def _check_in_again(self, part: _Part, number: int) -> dict[str, Any]:
+        """Our check-in to open round ``number`` was dropped while the ledger had this node offline (it
+        joined again since): check the same model in again, so that the round can close (with us); the
+        rounds view after it. Raises BusError when the round closed meanwhile (the sync starts again)."""
+        part.rejoins = self.rejoins
+        view = dict(await self.ledger.query("contract.rounds", name=self.contract))
+        if not _lacks(_find(view, number), self.uid):
+            return view
+        log.warning("round %d: the ledger dropped our check-in while it had this node offline; checking in "
+                    "again", number)  # fmt: skip
+        receipt = await self.ledger.submit("round.checkin", part.body)
+        if receipt.get("round") != number:
+            raise BusError(f"round {number} closed without this node while it was offline")
+        return dict(await self.ledger.query("contract.rounds", name=self.contract))
 
     async def _after_early(
         self, view: dict[str, Any], rnd: dict[str, Any] | None, number: int, part: _Part

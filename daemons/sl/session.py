@@ -99,6 +99,8 @@ class MLSession:
 
     def _note_rejoin(self) -> None:
         self.rejoined = True
+        if self.engine is not None:
+            self.engine.note_rejoin()
 
     def refuse(self, message: str) -> None:
         """Answer every request of the ML program with the error ``message`` from now on, the ones in
