@@ -57,6 +57,10 @@ class DirectClient(aiomqtt.Client):
     ) -> None:
         """aiomqtt's ``on_disconnect``; then every call waiting for the broker's answer ends at once."""
         super()._on_disconnect(client, userdata, flags, reason_code, properties)
+        if self._disconnected.done() and not self._disconnected.cancelled():
+            # seen here: when the connection dropped before the bus iterated messages (while it
+            # subscribed on connecting), nothing else reads it and asyncio would log it as an error
+            self._disconnected.exception()
         for waiting in (*self._pending_publishes.values(), *self._pending_unsubscribes.values()):
             waiting.set()  # a publish sees it was not acknowledged; the broker forgot the subscription
         for subscribing in self._pending_subscribes.values():
