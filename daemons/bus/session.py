@@ -41,9 +41,6 @@ from wire import (
 __all__ = ["Bus", "Message", "Subscription"]
 
 log = logging.getLogger("swarm.bus")
-# A node of a broker cluster that has not let us in after this many seconds is left for the next one (a
-# NATS node took 10 s and more while its cluster re-formed around a dead peer; another took 0.2 s).
-CLUSTER_CONNACK_WAIT = 5.0
 paho_fixes.apply()
 
 
@@ -234,14 +231,6 @@ class Bus:
         addresses = self.config.broker.addresses
         return addresses[self._broker_index % len(addresses)]
 
-    @property
-    def _connack_wait(self) -> float:
-        """How long an attempt waits for the broker to let us in: ``connect_timeout``, or at most
-        ``CLUSTER_CONNACK_WAIT`` with a list of brokers, whose next node may let us in at once."""
-        if len(self.config.broker.addresses) > 1:
-            return min(self.config.connect_timeout, CLUSTER_CONNACK_WAIT)
-        return self.config.connect_timeout
-
     def _make_client(self) -> aiomqtt.Client:
         cfg = self.config
         will = None
@@ -261,7 +250,7 @@ class Bus:
             keepalive=cfg.keepalive,
             will=will,
             tls_context=cfg.tls,
-            timeout=self._connack_wait,  # for CONNACK; publish_timeout once connected (_on_connect)
+            timeout=cfg.connect_timeout,  # its CONNACK; publish_timeout once connected (_on_connect)
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=self._mqtt_log,
             deliver=self._dispatch,
@@ -309,8 +298,8 @@ class Bus:
             log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.broker, self._last_error)
 
     async def _on_connect(self, client: aiomqtt.Client) -> None:
-        # Waiting for CONNACK took _connack_wait (a broker that takes our connection but does not answer
-        # it is left for the next of the list); calls on the connection wait up to publish_timeout.
+        # A broker that takes our connection but does not answer it (a NATS node while its cluster
+        # elects) is left after connect_timeout for the next of the list; other calls wait longer.
         client.timeout = self.config.publish_timeout
         self._client = client
         for topic_filter in dict.fromkeys(s.filter for s in self._subs):
