@@ -110,7 +110,7 @@ class _Part:
     public: bool  # a merged model resent: nothing of ours to keep private
     previous: asyncio.Task[RoundResult] | None  # the follow of our last check-in, if it still ran
     prediction: _Prediction | None
-    rejoins: int  # the engine's count of re-attachments when the check-in was sent
+    rejoins: int = 0  # the engine's count of re-attachments when the check-in was sent
     # set once the ledger closed the round we checked in to (or the follow ended)
     closed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     gone_early: RoundResult | None = None
@@ -631,6 +631,10 @@ class RoundEngine:
         result, leading = await self._step(rnd, number, part.flat, part.digest, part.keep_own, leading)
         if result is None:
             result = self._early(rnd, leading, part.keep_own)
+        if result is not None and result.final and leading is not None:
+            # The final merge we lead is recorded: its answer may come after the round's event, and ending
+            # the follow would cancel the lead before it saw it; a lost answer is not waited for long.
+            await asyncio.wait((leading,), timeout=FINAL_HANDOVER_WAIT)
         if result is not None:
             self._timer.report(number)
         return result, leading
