@@ -271,6 +271,7 @@ class Bus:
             finally:
                 self._client = None
                 self._connected.clear()
+                self._at_broker.clear()  # the next connection subscribes anew (and holds no old client)
             if self._closing:
                 return
             raise_if_cancelling()
