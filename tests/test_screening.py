@@ -6,8 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemons.sl.merge import MergeOptions, TensorLayout, find_non_finite, float_distance, merge_flat
-from daemons.sl.screening import merge_weights, required_rows, row_problem, screen
+from daemons.sl.merge import (
+    MERGE_METHODS,
+    MergeOptions,
+    TensorLayout,
+    find_non_finite,
+    float_distance,
+    merge_flat,
+)
+from daemons.sl.screening import merge_if_all_usable, merge_weights, required_rows, row_problem, screen
 
 # a float32 matrix, a bfloat16 vector and an int64 counter, 64-byte aligned
 LAYOUT: list[TensorLayout] = [
@@ -70,6 +77,45 @@ def test_screen_leaves_out_nan_and_too_large_updates_naming_them() -> None:
 def test_a_row_that_does_not_fit_the_layout_is_a_problem_not_a_crash() -> None:
     assert "does not fit the layout" in str(row_problem(np.zeros(100, dtype=np.uint8), LAYOUT))
     assert len(screen([], [], LAYOUT).keep) == 0
+
+
+# Positions of one bad value: float32 bytes 0..127 (value index 0..31), bfloat16 bytes 128..143 (0..7).
+_BAD_SPOTS = [("w", 0), ("w", 31), ("b", 3)]
+
+
+@pytest.mark.parametrize("method", MERGE_METHODS)
+@pytest.mark.parametrize("spot", _BAD_SPOTS)
+@pytest.mark.parametrize("weights", [[1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 0.0, 3.0, 4.0, 5.0]])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_merge_without_screening_refuses_every_row_the_screen_would_leave_out(
+    method: str, spot: tuple[str, int], weights: list[float], bad: float
+) -> None:
+    """The leader merges before it screens: that is sound only if the merge refuses whatever the screen
+    (without a norm bound) would leave out, whichever row holds it, whatever its weight."""
+    rng = np.random.default_rng(11)
+    options = MergeOptions(trim_ratio=0.2)
+    clean = [make_row(rng) for _ in range(5)]
+    factors = merge_weights(method, weights)
+    merged = merge_if_all_usable(clean, LAYOUT, factors, method, options)
+    assert merged is not None and screen(clean, list("abcde"), LAYOUT).keep == [0, 1, 2, 3, 4]
+    assert np.array_equal(merged, merge_flat(clean, LAYOUT, factors, method, options=options))
+    tensor, index = spot
+    for row in range(5):
+        rows = [r.copy() for r in clean]
+        if tensor == "w":
+            rows[row][0:128].view(np.float32)[index] = bad
+        else:
+            word = (np.array([bad], dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+            rows[row][128:144].view(np.uint16)[index] = word[0]
+        assert screen(rows, list("abcde"), LAYOUT).keep == [i for i in range(5) if i != row]
+        assert merge_if_all_usable(rows, LAYOUT, factors, method, options) is None, (row, method)
+
+
+def test_a_merge_without_screening_refuses_a_row_that_does_not_fit_the_layout() -> None:
+    rng = np.random.default_rng(12)
+    rows = [make_row(rng) for _ in range(3)] + [np.zeros(100, dtype=np.uint8)]
+    assert screen(rows, list("abcd"), LAYOUT).keep == [0, 1, 2]
+    assert merge_if_all_usable(rows, LAYOUT, [1.0] * 4, "mean", MergeOptions()) is None
 
 
 def test_robust_methods_ignore_declared_sample_counts_mean_keeps_them() -> None:

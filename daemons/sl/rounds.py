@@ -27,7 +27,7 @@ from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, Rows, merge_flat
 from daemons.sl.roundtimes import RoundTimer
-from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
+from daemons.sl.screening import Exclusion, merge_if_all_usable, merge_weights, required_rows, screen
 from daemons.sl.secure_round import SecureRounds, round_info
 from daemons.sl.secure_round import lead as lead_secure
 from wire.tensors import FlatState, Manifest, TensorSpec, make_manifest
@@ -1040,14 +1040,24 @@ class RoundEngine:
         own: FlatState,
         need: int,
     ) -> tuple[FlatState, list[str], list[Exclusion]]:
-        """Screen the ``arrived`` rows (indices into ``rows``: a matrix or a list of flat buffers, one per
-        participant), leave out the unusable ones and merge the rest with the participants' ``weights``.
+        """Merge the ``arrived`` rows (indices into ``rows``: a matrix or a list of flat buffers, one per
+        participant) with the participants' ``weights``. When the merge refuses one (NaN, inf, another
+        layout), or the contract bounds the update norm, screen them first and merge the usable ones.
 
         Raises:
             _CannotMerge: fewer than ``need`` rows are usable, or the merge itself failed.
         """
         layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
         base = self.latest.flat.buffer if self.latest and self.latest.flat.specs == own.specs else None
+        if len(arrived) >= need and not (self.max_update_norm > 0 and base is not None):
+            # The usual round: every row is fine, and the merge finds out whether one is not.
+            factors = merge_weights(self.merge_method, [weights[participants[i]] for i in arrived])
+            arrived_rows = rows if len(arrived) == len(rows) else [rows[i] for i in arrived]
+            merged = await asyncio.to_thread(
+                merge_if_all_usable, arrived_rows, layout, factors, self.merge_method, self.merge_options
+            )
+            if merged is not None:
+                return FlatState(own.specs, merged), [participants[i] for i in arrived], excluded
         screened = await asyncio.to_thread(
             screen,
             [rows[i] for i in arrived],
