@@ -14,9 +14,10 @@ process of the run used between the first node's round 2 and its round R-1, read
 they run, per round: start-up, the init round and the end stay out; on C cores the mean round cannot
 take less wall time than that CPU / C), the median of every step the SLs log per round
 (``daemons/sl/roundtimes.py``: hash, checkin, close_wait, lead_query, pull (taking the pushed rows, or
-pulling), merge, hash_merged, merged_wait (a participant: from the close to the merged model in hand),
-load; merged_tx only where a round waits for it, the final one), the CPU seconds by process kind, and
-how many ledger blocks (durable writes) a round took.
+pulling), merge (with the hash of the merged model, on the same worker thread), merged_wait (a
+participant: from the close to the merged model in hand), load; merged_tx only where a round waits for
+it, the final one), the CPU seconds by process kind, and how many ledger blocks (durable writes) a round
+took.
 
 Run: ``.venv/bin/python bench/rounds.py``.
 """

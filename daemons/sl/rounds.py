@@ -25,7 +25,7 @@ from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
-from daemons.sl.merge import MergeError, MergeOptions, Rows, merge_flat
+from daemons.sl.merge import MergeError, MergeOptions, Rows, TensorLayout, merge_flat
 from daemons.sl.roundtimes import RoundTimer
 from daemons.sl.screening import Exclusion, merge_if_all_usable, merge_weights, required_rows, screen
 from daemons.sl.secure_round import SecureRounds, round_info
@@ -178,6 +178,40 @@ async def _early_result(merging: asyncio.Task[_EarlyMerge | None]) -> RoundResul
         log.exception("merging the pushed rows early failed; the round is led at its close")
         return None
     return None if early is None else RoundResult(early.merged, early.manifest.digest.hex(), early.number)
+
+
+@dataclass(frozen=True, slots=True)
+class _Merged:
+    """A leader's merge: the model, its manifest (hashed on the thread that merged it), the rows it took
+    and the ones it left out."""
+
+    flat: FlatState
+    manifest: Manifest
+    contributors: list[str]
+    excluded: list[Exclusion]
+
+
+def _merge_described(
+    rows: Rows,
+    layout: list[TensorLayout],
+    specs: Sequence[TensorSpec],
+    factors: list[float],
+    method: str,
+    options: MergeOptions,
+    *,
+    screened: bool,
+) -> tuple[FlatState, Manifest] | None:
+    """Merge ``rows`` and hash the result in one call on one worker thread. Not yet ``screened``: None
+    when a row is unusable (``merge_if_all_usable``); screened, MergeError when the merge fails."""
+    if screened:
+        buffer = merge_flat(rows, layout, factors, method, options=options)
+    else:
+        found = merge_if_all_usable(rows, layout, factors, method, options)
+        if found is None:
+            return None
+        buffer = found
+    flat = FlatState(tuple(specs), buffer)
+    return flat, make_manifest(flat, "held")
 
 
 class _CannotMerge(Exception):
@@ -883,26 +917,25 @@ class RoundEngine:
                 going_on=going_on,
             )
         await _debug_merge_delay()
-        excluded: list[Exclusion] = []
         if rnd.get("init") or all(checkins[uid].get("init") for uid in participants):
-            merged, contributors = own, [self.uid]
+            done = _Merged(own, await self.holder.add(own), [self.uid], [])
         elif self.secure is not None and participants != [self.uid]:
             info = round_info(self.contract, number, rnd)
             merged, contributors = await lead_secure(
                 self.bus, self.secure, info, own, timeout=self.fetch_timeout
             )
+            done = _Merged(merged, await self.holder.add(merged), contributors, [])
         else:
             try:
-                merged, contributors, excluded = await self._merge_round(
-                    participants, checkins, own, need, timer
-                )
+                done = await self._merge_round(participants, checkins, own, need, timer)
             except _CannotMerge as exc:
                 await self._fail(number, exc)
                 return None
+            self.holder.keep(done.flat, done.manifest)
         timer.mark("merge")
-        manifest = await self.holder.add(merged)
-        timer.mark("hash_merged")
-        return await self._conclude(rnd, merged, manifest, contributors, excluded, timer, going_on=going_on)
+        return await self._conclude(
+            rnd, done.flat, done.manifest, done.contributors, done.excluded, timer, going_on=going_on
+        )
 
     async def _conclude(
         self,
@@ -1011,7 +1044,7 @@ class RoundEngine:
         own: FlatState,
         need: int,
         timer: RoundTimer,
-    ) -> tuple[FlatState, list[str], list[Exclusion]]:
+    ) -> _Merged:
         """Fetch every participant's row, leave out the unusable ones and merge the rest.
 
         Raises:
@@ -1039,7 +1072,7 @@ class RoundEngine:
         weights: dict[str, Any],
         own: FlatState,
         need: int,
-    ) -> tuple[FlatState, list[str], list[Exclusion]]:
+    ) -> _Merged:
         """Merge the ``arrived`` rows (indices into ``rows``: a matrix or a list of flat buffers, one per
         participant) with the participants' ``weights``. When the merge refuses one (NaN, inf, another
         layout), or the contract bounds the update norm, screen them first and merge the usable ones.
@@ -1051,13 +1084,11 @@ class RoundEngine:
         base = self.latest.flat.buffer if self.latest and self.latest.flat.specs == own.specs else None
         if len(arrived) >= need and not (self.max_update_norm > 0 and base is not None):
             # The usual round: every row is fine, and the merge finds out whether one is not.
-            factors = merge_weights(self.merge_method, [weights[participants[i]] for i in arrived])
-            arrived_rows = rows if len(arrived) == len(rows) else [rows[i] for i in arrived]
-            merged = await asyncio.to_thread(
-                merge_if_all_usable, arrived_rows, layout, factors, self.merge_method, self.merge_options
+            done = await self._merge_off_loop(
+                rows, arrived, participants, weights, layout, own, screened=False
             )
-            if merged is not None:
-                return FlatState(own.specs, merged), [participants[i] for i in arrived], excluded
+            if done is not None:
+                return _Merged(*done, [participants[i] for i in arrived], excluded)
         screened = await asyncio.to_thread(
             screen,
             [rows[i] for i in arrived],
@@ -1073,15 +1104,31 @@ class RoundEngine:
         if len(keep) < need:
             reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
             raise _CannotMerge(reason, excluded)
-        factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
-        kept_rows = rows if len(keep) == len(rows) else [rows[i] for i in keep]  # views, never a copy
         try:
-            buffer = await asyncio.to_thread(
-                merge_flat, kept_rows, layout, factors, self.merge_method, options=self.merge_options
-            )
+            done = await self._merge_off_loop(rows, keep, participants, weights, layout, own, screened=True)
         except MergeError as exc:
             raise _CannotMerge(f"merge failed: {exc}", excluded) from None
-        return FlatState(own.specs, buffer), [participants[i] for i in keep], excluded
+        assert done is not None  # noqa: S101 - a screened merge returns or raises
+        return _Merged(*done, [participants[i] for i in keep], excluded)
+
+    async def _merge_off_loop(
+        self,
+        rows: Rows,
+        keep: list[int],
+        participants: list[str],
+        weights: dict[str, Any],
+        layout: list[TensorLayout],
+        own: FlatState,
+        *,
+        screened: bool,
+    ) -> tuple[FlatState, Manifest] | None:
+        """``_merge_described`` of the rows ``keep`` indexes, with their weights, on a worker thread."""
+        factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
+        kept_rows = rows if len(keep) == len(rows) else [rows[i] for i in keep]  # views, never a copy
+        return await asyncio.to_thread(
+            _merge_described, kept_rows, layout, own.specs, factors, self.merge_method, self.merge_options,
+            screened=screened,
+        )  # fmt: skip
 
     async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> str | None:
         """Put ``uid``'s checked-in weights in ``row``; why not (and a log line) when they cannot be used."""
@@ -1183,16 +1230,16 @@ class RoundEngine:
             kept[uid] = (row.digest.hex(), row.weight)
         weights = {uid: w for uid, (_, w) in kept.items()}
         try:
-            merged, contributors, excluded = await self._screen_and_merge(
+            done = await self._screen_and_merge(
                 participants, rows, list(range(len(participants))), [], weights, own, 1
             )
         except _CannotMerge:
             return None
-        manifest = await self.holder.add(merged)
-        self.holder.announce(self.contract, number, manifest.digest, prediction.participants)
+        self.holder.keep(done.flat, done.manifest)
+        self.holder.announce(self.contract, number, done.manifest.digest, prediction.participants)
         if os.environ.get("SWARM_DEBUG_KILL_AFTER_MERGED") == "early":  # fault injection for tests
-            await self._die_after_handing_over(number, manifest.digest, others, own_digest=digest)
-        return _EarlyMerge(number, kept, merged, manifest, contributors, excluded)
+            await self._die_after_handing_over(number, done.manifest.digest, others, own_digest=digest)
+        return _EarlyMerge(number, kept, done.flat, done.manifest, done.contributors, done.excluded)
 
     async def _die_after_handing_over(
         self, number: int, merged: bytes, others: list[str], *, own_digest: str
