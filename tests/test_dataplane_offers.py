@@ -266,7 +266,7 @@ async def test_a_pull_of_an_earlier_round_neither_blocks_nor_stands_in_for_this_
     asked: list[int] = []
     never = asyncio.Event()
 
-    async def pull(_leader: str, number: int, _among: tuple[str, ...] | None, _own: object) -> None:
+    async def pull(_leader: str, number: int, _among: tuple[str, ...] | None) -> None:
         asked.append(number)
         await never.wait()
 
@@ -306,90 +306,3 @@ async def test_a_round_we_went_on_from_early_is_followed_until_our_lead_of_it_re
     result, _ = await engine._follow_step(part, view, rnd, 7, leading)
     assert result is part.gone_early
     assert recorded.is_set() and leading.done() and not leading.cancelled()
-
-
-async def test_an_offer_that_asks_for_the_merge_is_answered_with_it_instead_of_taken() -> None:
-    """One request carries a participant's row to the predicted leader and brings back its merge: the row
-    is kept as any offer, and the answer waits for the merge of exactly the participants named."""
-    offers = Offers()
-    holder = _holder()
-    row, row_manifest = _model(17)
-    merged, merged_manifest = _model(18)
-    async with DataPlaneServer(holder, "127.0.0.1", offers=offers) as server:
-        client = DataPlaneClient("sl-2")
-        try:
-            asking = asyncio.create_task(
-                client.offer_for_result(
-                    server.endpoint("127.0.0.1"),
-                    row,
-                    row_manifest,
-                    contract="c1",
-                    number=5,
-                    among=("sl-1", "sl-2"),
-                    weight=2.0,
-                )
-            )
-            got = await asyncio.wait_for(offers.rows(5, ["sl-2"]), 5.0)  # the row is in before the merge
-            assert got["sl-2"].digest == row_manifest.digest and got["sl-2"].weight == 2.0
-            assert not asking.done()
-            holder.keep(merged, merged_manifest)
-            holder.announce("c1", 5, merged_manifest.digest, ("sl-1", "sl-2", "sl-3"))  # not ours
-            await asyncio.sleep(0.05)
-            assert not asking.done()
-            holder.announce("c1", 5, merged_manifest.digest, ("sl-1", "sl-2"))
-            flat, manifest = await asyncio.wait_for(asking, 5.0)
-            assert manifest.digest == merged_manifest.digest and np.array_equal(flat.buffer, merged.buffer)
-            await client.offer(server.endpoint("127.0.0.1"), row, row_manifest)  # plain offers still served
-        finally:
-            await client.close()
-
-
-async def test_an_offer_asking_for_the_merge_whose_bytes_differ_gets_neither() -> None:
-    offers = Offers()
-    holder = _holder()
-    flat, manifest = _model(19)
-    holder.keep(flat, manifest)
-    holder.announce("c1", 6, manifest.digest, ("sl-1", "sl-2"))
-    forged = FlatState(flat.specs, np.zeros_like(flat.buffer))
-    async with DataPlaneServer(holder, "127.0.0.1", offers=offers) as server:
-        client = DataPlaneClient("sl-2")
-        try:
-            with pytest.raises(TransferError, match="offering model"):
-                await client.offer_for_result(
-                    server.endpoint("127.0.0.1"), forged, manifest,
-                    contract="c1", number=6, among=("sl-1", "sl-2"),
-                )  # fmt: skip
-            assert await offers.take(manifest.digest, 0.1) is None
-        finally:
-            await client.close()
-    async with DataPlaneServer(_holder(), "127.0.0.1") as server:
-        client = DataPlaneClient("sl-2")
-        try:
-            with pytest.raises(TransferError, match="takes no offers"):
-                await client.offer_for_result(
-                    server.endpoint("127.0.0.1"), flat, manifest, contract="c1", number=6, among=("sl-1",)
-                )
-        finally:
-            await client.close()
-
-
-def test_an_offer_head_asking_for_the_merge_names_round_contract_and_participants() -> None:
-    _, manifest = _model(20)
-    frame = encode_offer(manifest, "sl-2", 9, 1.0, result=("c1", ("sl-3", "sl-2")))
-    request = decode_request(frame[4 : 4 + header_length(frame[:4])])
-    assert (request.contract, request.round, request.among) == ("c1", 9, ("sl-2", "sl-3"))
-    assert request.offer is not None and request.offer_round == 9
-    plain = decode_request(encode_offer(manifest, "sl-2", 9)[4:])
-    assert (plain.contract, plain.round, plain.among) == (None, None, None)
-    with pytest.raises(ValueError, match="names the round"):
-        encode_offer(manifest, "sl-2", result=("c1", ("sl-2",)))
-    for head, message in (
-        ({"contract": "c1"}, "needs its 'round'"),
-        ({"contract": "", "round": 9}, "'contract' must be a name"),
-        ({"contract": "c1", "round": 9, "among": []}, "'among' must be a list"),
-    ):
-        data = encode_frame_head(
-            {"op": "offer", "manifest": manifest.body(), "sender": "sl-2", **head}, nbytes=manifest.total
-        )
-        with pytest.raises(CodecError, match=message):
-            decode_request(data[4 : 4 + header_length(data[:4])])

@@ -104,8 +104,7 @@ def parse_address(text: object) -> Endpoint | None:
 # ------------------------------------------------------------------------------------------- frames
 @dataclass(frozen=True, slots=True)
 class DataRequest:
-    """A model asked for: a held one by ``digest``, or the merged model of ``contract`` round ``round``;
-    or a model pushed (``offer``), answered ``taken``, or with that merged model when ``contract`` is set."""
+    """A model asked for: a held one by ``digest``, or the merged model of ``contract`` round ``round``."""
 
     sender: str
     digest: bytes | None = None
@@ -134,26 +133,15 @@ def encode_result_request(
 
 
 def encode_offer(
-    manifest: Manifest,
-    sender: str,
-    number: int | None = None,
-    weight: float | None = None,
-    *,
-    result: tuple[str, tuple[str, ...]] | None = None,
+    manifest: Manifest, sender: str, number: int | None = None, weight: float | None = None
 ) -> bytes:
     """The head of an offer: ``manifest.total`` bytes of the model follow it. ``number`` and ``weight``:
-    the round the sender predicts and the weight it checks in with (a leader merges early with them).
-    ``result`` (contract, participants), with ``number``: answer with the merge of exactly those
-    participants in that round, as a result request would, instead of ``taken``."""
+    the round the sender predicts and the weight it checks in with (a leader merges early with them)."""
     head: dict[str, Any] = {"op": "offer", "manifest": manifest.body(), "sender": sender}
     if number is not None:
         head["round"] = number
     if weight is not None:
         head["weight"] = weight
-    if result is not None:
-        if number is None:
-            raise ValueError("an offer asks for a round's merge only when it names the round")
-        head["contract"], head["among"] = result[0], list(result[1])
     return encode_frame_head(head, nbytes=manifest.total)
 
 
@@ -169,19 +157,10 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
             not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 <= weight < 2**53
         ):
             raise CodecError("data plane offer: 'weight' must be a number from 0")
-        offer_round = None if number is None else _round_number(number)
-        contract = header.get("contract")
-        if contract is not None:
-            if offer_round is None:
-                raise CodecError("data plane offer: 'contract' (a merge asked for) needs its 'round'")
-            contract = _contract_name(contract)
         return DataRequest(
             sender,
-            contract=contract,
-            round=offer_round if contract is not None else None,
-            among=_among(header.get("among")) if contract is not None else None,
             offer=_offered(header, max_offer),
-            offer_round=offer_round,
+            offer_round=None if number is None else _round_number(number),
             offer_weight=None if weight is None else float(weight),
         )
     if op not in ("get", "result") or payload_size(header) != 0:
@@ -193,18 +172,12 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
         if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
             raise CodecError(f"data plane request: 'digest' must be {_DIGEST_BYTES} bytes")
         return DataRequest(sender, digest=digest)
-    return DataRequest(
-        sender,
-        contract=_contract_name(header.get("contract")),
-        round=_round_number(header.get("round")),
-        among=_among(header.get("among")),
-    )
-
-
-def _contract_name(contract: object) -> str:
+    contract, number = header.get("contract"), header.get("round")
     if not isinstance(contract, str) or not 0 < len(contract) <= _MAX_UID:
         raise CodecError(f"data plane request: 'contract' must be a name of 1..{_MAX_UID} characters")
-    return contract
+    return DataRequest(
+        sender, contract=contract, round=_round_number(number), among=_among(header.get("among"))
+    )
 
 
 def _round_number(number: object) -> int:
@@ -481,10 +454,7 @@ class DataPlaneServer:
             raise
         if request.offer is not None:
             await self._take_offer(request, request.offer, reader, writer)
-            if request.contract is None:
-                writer.write(encode_frame_head({"op": "taken"}))
-                await writer.drain()
-                return
+            return
         digest = request.digest
         if digest is None and request.contract is not None and request.round is not None:
             digest = await self.holder.result(request.contract, request.round, RESULT_WAIT, request.among)
@@ -518,7 +488,7 @@ class DataPlaneServer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        """Receive a pushed model, checking every chunk, and keep it in ``offers`` (the caller answers)."""
+        """Receive a pushed model, checking every chunk, and keep it in ``offers``."""
         assert self.offers is not None  # noqa: S101 - checked by _answer
         self.offers.arriving(request.sender, manifest.digest, request.offer_round, request.offer_weight)
         flat = None
@@ -528,6 +498,8 @@ class DataPlaneServer:
             flat = FlatState(manifest.tensors, buffer)
         finally:
             self.offers.arrived(manifest.digest, flat)
+        writer.write(encode_frame_head({"op": "taken"}))
+        await writer.drain()
 
 
 def _peer_identity(writer: asyncio.StreamWriter) -> str | None:
@@ -614,29 +586,6 @@ class DataPlaneClient:
             endpoint, conn, f"offering model {digest_hex(manifest.digest)} to {endpoint}"
         ):
             await _send_offer(conn, head, flat, manifest, idle_timeout)
-
-    async def offer_for_result(
-        self,
-        endpoint: Endpoint,
-        flat: FlatState,
-        manifest: Manifest,
-        *,
-        contract: str,
-        number: int,
-        among: tuple[str, ...],
-        weight: float | None = None,
-        idle_timeout: float = 10.0,
-    ) -> tuple[FlatState, Manifest]:
-        """Push our row of round ``number`` to ``endpoint`` (its predicted leader) and take its merge of
-        exactly ``among`` in the same request: the answer is that model, verified against its manifest
-        (the caller checks the manifest's digest against the ledger), instead of ``taken``."""
-        self._check_tls(endpoint)
-        head = encode_offer(manifest, self.uid, number, weight, result=(contract, among))
-        conn = await self._connection(endpoint, _RESULTS)
-        what = f"offering model {digest_hex(manifest.digest)} for the merged model to {endpoint}"
-        async with self._holding(endpoint, conn, what):
-            await _send_model(conn, head, flat, manifest, idle_timeout)
-            return await _read_model(conn, None, (RESULT_WAIT, idle_timeout), MAX_STATE_BYTES, None)
 
     def _check_tls(self, endpoint: Endpoint) -> None:
         if endpoint.tls and self.tls is None:
@@ -736,49 +685,30 @@ class DataPlaneClient:
     ) -> tuple[FlatState, Manifest]:
         """Send ``request``; read the reply's header within ``waits[0]`` s, then the model, with no
         pause longer than ``waits[1]`` s."""
+        first, idle = waits
         conn.writer.write(request)
         await conn.writer.drain()
-        return await _read_model(conn, digest, waits, max_total, spare)
-
-
-async def _read_model(
-    conn: _Connection,
-    digest: bytes | None,
-    waits: tuple[float, float],
-    max_total: int,
-    spare: np.ndarray | None,
-) -> tuple[FlatState, Manifest]:
-    """A reply's header, within ``waits[0]`` s, then its model, with no pause longer than ``waits[1]``
-    s, checked chunk by chunk (and against ``digest`` when given), in ``spare`` when it fits."""
-    first, idle = waits
-    async with asyncio.timeout(first):
-        data = await _read_header(conn.reader)
-    manifest = decode_reply(data, max_total=max_total)
-    if digest is not None and manifest.digest != digest:
-        raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
-    reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
-    buffer = spare if reuse and spare is not None else MODEL_BUFFERS.take(manifest.total)
-    await receive_verified(conn.reader, conn.writer, buffer, manifest, idle)
-    return FlatState(manifest.tensors, buffer), manifest
-
-
-async def _send_model(
-    conn: _Connection, head: bytes, flat: FlatState, manifest: Manifest, idle: float
-) -> None:
-    """Send ``head`` and the model's bytes, with no pause longer than ``idle`` s."""
-    conn.writer.write(head)
-    view = flat.buffer.data.cast("B")
-    for start in range(0, manifest.total, _SEND_SLICE):
-        conn.writer.write(view[start : start + _SEND_SLICE])
-        async with asyncio.timeout(idle):
-            await conn.writer.drain()
+        async with asyncio.timeout(first):
+            data = await _read_header(conn.reader)
+        manifest = decode_reply(data, max_total=max_total)
+        if digest is not None and manifest.digest != digest:
+            raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
+        reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
+        buffer = spare if reuse and spare is not None else MODEL_BUFFERS.take(manifest.total)
+        await receive_verified(conn.reader, conn.writer, buffer, manifest, idle)
+        return FlatState(manifest.tensors, buffer), manifest
 
 
 async def _send_offer(
     conn: _Connection, head: bytes, flat: FlatState, manifest: Manifest, idle: float
 ) -> None:
     """Send an offer (head and model) and read its answer, with no pause longer than ``idle`` s."""
-    await _send_model(conn, head, flat, manifest, idle)
+    conn.writer.write(head)
+    view = flat.buffer.data.cast("B")
+    for start in range(0, manifest.total, _SEND_SLICE):
+        conn.writer.write(view[start : start + _SEND_SLICE])
+        async with asyncio.timeout(idle):
+            await conn.writer.drain()
     async with asyncio.timeout(idle):
         header = decode_header(await _read_header(conn.reader))
     if header["op"] == "error":

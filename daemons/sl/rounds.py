@@ -35,14 +35,6 @@ from wire.tensors import FlatState, Manifest, TensorSpec, make_manifest
 __all__ = ["RoundEngine", "RoundResult"]
 
 
-class _Row(NamedTuple):
-    """Our row of a round, pushed to its predicted leader with the request for its merge."""
-
-    flat: FlatState
-    manifest: Manifest
-    weight: float
-
-
 class _Prefetch(NamedTuple):
     """A pull of a leader's merged model of round ``number``."""
 
@@ -1180,26 +1172,15 @@ class RoundEngine:
         self, flat: FlatState, manifest: Manifest, prediction: _Prediction, weight: float, *, fetch: bool
     ) -> RoundResult | None:
         """Push the model we check in to the predicted leader, so that it has our row (and merges)
-        before the round closes; with ``fetch``, in the same request, take that merge from it: the
-        round's result when it comes before the ledger's close. A wrong guess or a failure costs only
-        the push (the leader pulls as before)."""
+        before the round closes; with ``fetch``, then take that merge from it: the round's result when
+        it comes before the ledger's close. A wrong guess or a failure costs only the push (the leader
+        pulls as before)."""
         leader = prediction.leader
         if leader == self.uid or self.dataplane is None:
             return None
         endpoint = await self._endpoint(leader)
         if endpoint is None:
             return None
-        closed = self._last_close is not None and self._last_close[0] >= prediction.number
-        prefetching = self._prefetch is not None and self._prefetch.number == prediction.number
-        if fetch and not closed and not prefetching:
-            own = _Row(flat, manifest, weight)
-            await self._start_prefetch(leader, prediction.number, among=prediction.participants, own=own)
-            pending = self._prefetch
-            got = await asyncio.shield(pending.task) if pending is not None else None
-            if got is None:
-                return None
-            merged, merged_manifest = got
-            return RoundResult(merged, merged_manifest.digest.hex(), prediction.number)
         number = prediction.number if fetch else None  # a row for an early merge only if we go early too
         try:
             await self.dataplane.offer(
@@ -1207,9 +1188,20 @@ class RoundEngine:
             )
         except TransferError as exc:
             log.info("could not push our model to %s (it pulls it if it leads): %s", leader, exc)
+            return None
         except Exception:  # a push only saves the leader a pull: it never fails the round
             log.exception("pushing our model to %s failed", leader)
-        return None
+            return None
+        closed = self._last_close is not None and self._last_close[0] >= prediction.number
+        if not fetch or closed or (self._prefetch is not None and self._prefetch.number == prediction.number):
+            return None
+        await self._start_prefetch(leader, prediction.number, among=prediction.participants)
+        pending = self._prefetch
+        got = await asyncio.shield(pending.task) if pending is not None else None
+        if got is None:
+            return None
+        merged, merged_manifest = got
+        return RoundResult(merged, merged_manifest.digest.hex(), prediction.number)
 
     async def _merge_early(
         self, prediction: _Prediction, own: FlatState, digest: str, weight: float
@@ -1305,13 +1297,11 @@ class RoundEngine:
         *,
         among: tuple[str, ...] | None = None,
         closed: tuple[str, ...] | None = None,
-        own: _Row | None = None,
     ) -> None:
         """Ask ``leader``'s data plane for its merge of round ``number`` now, so that the model is here
         (or on its way) when the ledger records its digest: before the close, the merge of exactly
-        ``among`` (the predicted participants), pushing ``own`` row in the same request; once the
-        ledger ``closed`` the round with these participants, a pull asked before it is kept only when
-        it named the same ones (a push stopped with it leaves the leader to pull our row)."""
+        ``among`` (the predicted participants); once the ledger ``closed`` the round with these
+        participants, a pull asked before it is kept only when it named the same ones."""
         current = self._prefetch
         if self.dataplane is None or (
             current is not None
@@ -1320,25 +1310,19 @@ class RoundEngine:
         ):
             return
         await self._stop_prefetch()  # a pull of another round or leader is of no use any more
-        task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number, among, own))
+        task = asyncio.get_running_loop().create_task(self._prefetch_from(leader, number, among))
         self._prefetch = _Prefetch(leader, task, among, number)
 
     async def _prefetch_from(
-        self, leader: str, number: int, among: tuple[str, ...] | None, own: _Row | None
+        self, leader: str, number: int, among: tuple[str, ...] | None
     ) -> tuple[FlatState, Manifest] | None:
         endpoint = await self._endpoint(leader)
         if endpoint is None or self.dataplane is None:
             return None
         try:
-            if own is not None and among is not None:
-                flat, manifest = await self.dataplane.offer_for_result(
-                    endpoint, own.flat, own.manifest, contract=self.contract, number=number, among=among,
-                    weight=own.weight, idle_timeout=self.fetch_timeout,
-                )  # fmt: skip
-            else:
-                flat, manifest = await self.dataplane.fetch_result(
-                    endpoint, self.contract, number, among=among, idle_timeout=self.fetch_timeout
-                )
+            flat, manifest = await self.dataplane.fetch_result(
+                endpoint, self.contract, number, among=among, idle_timeout=self.fetch_timeout
+            )
         except TransferError as exc:
             log.info("round %d: no early pull of the merged model from %s: %s", number, leader, exc)
             return None
