@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +32,20 @@ from contracts.tx import TX_PREFIX, Rejection, Tx, tx_from_envelope, tx_from_wir
 from wire.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
 from wire.errors import CodecError
 
-__all__ = ["Accepted", "Ledger", "SealResult"]
+__all__ = ["Accepted", "Ledger", "SealResult", "duplicate_block"]
 
 log = logging.getLogger(__name__)
 
 Change = tuple[str, str]
+_DUPLICATE_OF = "duplicate transaction: this exact envelope is already transaction"
+_DUPLICATE_BLOCK = re.compile(re.escape(_DUPLICATE_OF) + r" \d+ of block (\d+)")
+
+
+def duplicate_block(reason: str) -> int | None:
+    """The block that holds an envelope, from the reason the ledger gave for refusing it again; None
+    for any other reason."""
+    found = _DUPLICATE_BLOCK.search(reason)
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,9 +318,7 @@ class Ledger:
     def _dedup(digest: bytes, stored: Mapping[bytes, tuple[int, int]], seen: set[bytes]) -> Rejection | None:
         if digest in stored:
             height, index = stored[digest]
-            return Rejection(
-                f"duplicate transaction: this exact envelope is already transaction {index} of block {height}"
-            )
+            return Rejection(f"{_DUPLICATE_OF} {index} of block {height}")
         if digest in seen:
             return Rejection("duplicate transaction: this exact envelope was sent twice in one batch")
         return None

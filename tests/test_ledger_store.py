@@ -10,7 +10,7 @@ import pytest
 
 from contracts.blockstore import ChainError
 from contracts.devkeys import DevAuthority, DevSigner
-from contracts.ledger import Accepted, Ledger
+from contracts.ledger import Accepted, Ledger, duplicate_block
 from contracts.machine import DEFAULT_CONTRACT
 from contracts.state import state_hash
 from contracts.tx import Rejection
@@ -146,6 +146,8 @@ def test_duplicate_envelope_is_rejected(signed: Ledger) -> None:
     (later,) = _seal(signed, [env])
     assert isinstance(later, Rejection)
     assert later.reason == "duplicate transaction: this exact envelope is already transaction 0 of block 1"
+    assert duplicate_block(later.reason) == 1  # what an SN that forwarded it waits for
+    assert duplicate_block(again.reason) is None
 
 
 def _with(env: bytes, **changes: Any) -> bytes:

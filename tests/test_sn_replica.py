@@ -21,10 +21,12 @@ import pytest
 
 from certs import Verifier, init_swarm
 from contracts.ledger import Ledger
-from daemons.bus import Bus, BusConfig, RemoteError
+from daemons.bus import Bus, BusConfig, RemoteError, RpcError
 from daemons.bus.config import BrokerAddress
 from daemons.identity import Identity
 from daemons.ledger_client import LedgerClient, Rejected
+from daemons.sn.chain import LocalChain
+from daemons.sn.replica import Replica
 from tests.conftest import RunningSN, start_sn
 from wire import encode_envelope, make_envelope
 
@@ -280,3 +282,30 @@ async def test_a_write_through_the_replica_after_a_sentinel_restart_brings_it_ba
         assert status["head"] == (await sentinel.status())["head"]
         assert await replica.query("contracts") == await sentinel.query("contracts")
         assert await blocks_of(bus, REPLICA) == await blocks_of(bus, SENTINEL)
+
+
+async def test_a_replica_refuses_a_resent_write_only_once_its_copy_holds_the_block(
+    swarm: Swarm, tmp_path: Path
+) -> None:
+    """A write resent through a replica after the sentinel sealed it (its first answer lost) is refused as
+    a duplicate; the writer reads what it wrote next, from the same SN: the refusal waits for the block."""
+    async with swarm.bus() as client, swarm.bus(REPLICA) as bus:
+        env = make_envelope(
+            "tx:contract.create", {"name": "resent"}, sender=client.uid, role=client.role,
+            signer=client.signer, voucher=client.voucher,
+        )  # fmt: skip
+        raw = encode_envelope(env)
+        sealed = await client.request(SENTINEL, "submit", {"tx": raw}, timeout=15)
+        chain = LocalChain(tmp_path / "copy.db", swarm.verifier())
+        replica = Replica(bus, chain, SENTINEL)
+        chain.ledger = await replica.start(None)  # the genesis only: nothing follows the sentinel
+        try:
+            forwarding = asyncio.create_task(replica.forward(raw))
+            await asyncio.sleep(0.5)
+            assert not forwarding.done()  # waiting for the block that holds the envelope
+            await replica.catch_up()
+            with pytest.raises(RpcError, match=f"already transaction 0 of block {sealed['height']}"):
+                await asyncio.wait_for(forwarding, 5)
+            assert chain.ledger.height >= sealed["height"]
+        finally:
+            chain.ledger.close()

@@ -25,7 +25,7 @@ import nats.js.errors
 
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
-from contracts.ledger import Ledger
+from contracts.ledger import Ledger, duplicate_block
 from daemons.bus import Bus, BusError, RemoteError, RpcError
 from daemons.sn.chain import LocalChain
 from daemons.sn.chainlog import ChainLog, ChainLogError, Fenced
@@ -246,17 +246,25 @@ class ClusterRole:
 
     # --------------------------------------------------------------- forwarding
     async def forward(self, raw: bytes) -> dict[str, Any]:
-        """Submit a write to the SN that seals; return once our copy holds its block."""
+        """Submit a write to the SN that seals; return (or refuse a resent one the ledger holds) once our
+        copy holds its block."""
         sealer = await self.log.sealer()
         if sealer is None or sealer == self._bus.uid:
             raise RpcError("failover", "no SN seals right now (a failover is under way); try again")
         try:
             result = dict(await self._bus.request(sealer, "submit", {"tx": raw}, timeout=10))
         except RemoteError as exc:
+            # A resent envelope the sealer holds already: its sender reads what it wrote next, here.
+            held_in = duplicate_block(exc.message)
+            if held_in is not None:
+                await self._reach(held_in)
             raise RpcError(exc.code, exc.message) from None
         except BusError as exc:
             raise RpcError("failover", f"the sealing SN {sealer!r} did not answer: {exc}") from None
-        height = int(result.get("height", 0))
+        await self._reach(int(result.get("height", 0)))
+        return result
+
+    async def _reach(self, height: int) -> None:
+        """Wait (at most 10 s) until our copy holds block ``height`` (read your writes)."""
         if not await self.wait_for(height, timeout=10):
             log.warning("block %d has not reached this SN yet", height)
-        return result

@@ -12,7 +12,7 @@ from typing import Any
 
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
-from contracts.ledger import Ledger
+from contracts.ledger import Ledger, duplicate_block
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError, RpcError
 from daemons.ledger_client import find_sn
@@ -122,16 +122,23 @@ class Replica:
             self.ledger.append_block(raw)
 
     async def forward(self, raw: bytes) -> dict[str, Any]:
-        """Submit a write to the sentinel; return once our copy holds its block (read your writes)."""
+        """Submit a write to the sentinel; return (or refuse a resent one the ledger holds) once our copy
+        holds its block (read your writes)."""
         try:
             result = dict(await self._bus.request(self.sentinel, "submit", {"tx": raw}, timeout=30))
         except RemoteError as exc:
+            held_in = duplicate_block(exc.message)
+            if held_in is not None:
+                await self._reach(held_in)
             raise RpcError(exc.code, exc.message) from None
-        height = int(result.get("height", 0))
+        await self._reach(int(result.get("height", 0)))
+        return result
+
+    async def _reach(self, height: int) -> None:
+        """Wait (at most 10 s) until our copy holds block ``height``."""
         async with self._advanced:
             try:
                 async with asyncio.timeout(10):
                     await self._advanced.wait_for(lambda: self.ledger.height >= height)
             except TimeoutError:
                 log.warning("block %d has not reached this replica yet", height)
-        return result
