@@ -8,13 +8,14 @@ import pytest
 
 from daemons.sl.merge import (
     MERGE_METHODS,
+    MergeError,
     MergeOptions,
     TensorLayout,
     find_non_finite,
     float_distance,
     merge_flat,
 )
-from daemons.sl.screening import merge_if_all_usable, merge_weights, required_rows, row_problem, screen
+from daemons.sl.screening import merge_weights, required_rows, row_problem, screen
 
 # a float32 matrix, a bfloat16 vector and an int64 counter, 64-byte aligned
 LAYOUT: list[TensorLayout] = [
@@ -96,9 +97,8 @@ def test_a_merge_without_screening_refuses_every_row_the_screen_would_leave_out(
     options = MergeOptions(trim_ratio=0.2)
     clean = [make_row(rng) for _ in range(5)]
     factors = merge_weights(method, weights)
-    merged = merge_if_all_usable(clean, LAYOUT, factors, method, options)
-    assert merged is not None and screen(clean, list("abcde"), LAYOUT).keep == [0, 1, 2, 3, 4]
-    assert np.array_equal(merged, merge_flat(clean, LAYOUT, factors, method, options=options))
+    merge_flat(clean, LAYOUT, factors, method, options=options)  # clean rows merge
+    assert screen(clean, list("abcde"), LAYOUT).keep == [0, 1, 2, 3, 4]
     tensor, index = spot
     for row in range(5):
         rows = [r.copy() for r in clean]
@@ -108,14 +108,16 @@ def test_a_merge_without_screening_refuses_every_row_the_screen_would_leave_out(
             word = (np.array([bad], dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
             rows[row][128:144].view(np.uint16)[index] = word[0]
         assert screen(rows, list("abcde"), LAYOUT).keep == [i for i in range(5) if i != row]
-        assert merge_if_all_usable(rows, LAYOUT, factors, method, options) is None, (row, method)
+        with pytest.raises(MergeError):
+            merge_flat(rows, LAYOUT, factors, method, options=options)
 
 
 def test_a_merge_without_screening_refuses_a_row_that_does_not_fit_the_layout() -> None:
     rng = np.random.default_rng(12)
     rows = [make_row(rng) for _ in range(3)] + [np.zeros(100, dtype=np.uint8)]
     assert screen(rows, list("abcd"), LAYOUT).keep == [0, 1, 2]
-    assert merge_if_all_usable(rows, LAYOUT, [1.0] * 4, "mean", MergeOptions()) is None
+    with pytest.raises(MergeError):
+        merge_flat(rows, LAYOUT, [1.0] * 4, "mean")
 
 
 def test_robust_methods_ignore_declared_sample_counts_mean_keeps_them() -> None:

@@ -27,7 +27,7 @@ from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, Rows, TensorLayout, merge_flat
 from daemons.sl.roundtimes import RoundTimer
-from daemons.sl.screening import Exclusion, merge_if_all_usable, merge_weights, required_rows, screen
+from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
 from daemons.sl.secure_round import SecureRounds, round_info
 from daemons.sl.secure_round import lead as lead_secure
 from wire.tensors import FlatState, Manifest, TensorSpec, make_manifest
@@ -198,19 +198,9 @@ def _merge_described(
     factors: list[float],
     method: str,
     options: MergeOptions,
-    *,
-    screened: bool,
-) -> tuple[FlatState, Manifest] | None:
-    """Merge ``rows`` and hash the result in one call on one worker thread. Not yet ``screened``: None
-    when a row is unusable (``merge_if_all_usable``); screened, MergeError when the merge fails."""
-    if screened:
-        buffer = merge_flat(rows, layout, factors, method, options=options)
-    else:
-        found = merge_if_all_usable(rows, layout, factors, method, options)
-        if found is None:
-            return None
-        buffer = found
-    flat = FlatState(tuple(specs), buffer)
+) -> tuple[FlatState, Manifest]:
+    """Merge ``rows`` and hash the result in one call on one worker thread (MergeError as ``merge_flat``)."""
+    flat = FlatState(tuple(specs), merge_flat(rows, layout, factors, method, options=options))
     return flat, make_manifest(flat, "held")
 
 
@@ -1083,11 +1073,12 @@ class RoundEngine:
         layout = [(s.name, s.dtype, s.shape, s.offset, s.nbytes) for s in own.specs]
         base = self.latest.flat.buffer if self.latest and self.latest.flat.specs == own.specs else None
         if len(arrived) >= need and not (self.max_update_norm > 0 and base is not None):
-            # The usual round: every row is fine, and the merge finds out whether one is not.
-            done = await self._merge_off_loop(
-                rows, arrived, participants, weights, layout, own, screened=False
-            )
-            if done is not None:
+            # The usual round: every row is fine. merge_flat refuses NaN and inf itself (the robust methods
+            # check every row first, the mean its zero-weight rows and its result, where any other
+            # non-finite value shows) and a row of another layout: whatever screen() would leave out
+            # without a norm bound. So merge at once, reading the rows once, and screen only when refused.
+            with contextlib.suppress(MergeError):
+                done = await self._merge_off_loop(rows, arrived, participants, weights, layout, own)
                 return _Merged(*done, [participants[i] for i in arrived], excluded)
         screened = await asyncio.to_thread(
             screen,
@@ -1105,10 +1096,9 @@ class RoundEngine:
             reason = f"{len(keep)} of {len(participants)} rows are usable, {need} needed"
             raise _CannotMerge(reason, excluded)
         try:
-            done = await self._merge_off_loop(rows, keep, participants, weights, layout, own, screened=True)
+            done = await self._merge_off_loop(rows, keep, participants, weights, layout, own)
         except MergeError as exc:
             raise _CannotMerge(f"merge failed: {exc}", excluded) from None
-        assert done is not None  # noqa: S101 - a screened merge returns or raises
         return _Merged(*done, [participants[i] for i in keep], excluded)
 
     async def _merge_off_loop(
@@ -1119,16 +1109,13 @@ class RoundEngine:
         weights: dict[str, Any],
         layout: list[TensorLayout],
         own: FlatState,
-        *,
-        screened: bool,
-    ) -> tuple[FlatState, Manifest] | None:
+    ) -> tuple[FlatState, Manifest]:
         """``_merge_described`` of the rows ``keep`` indexes, with their weights, on a worker thread."""
         factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
         kept_rows = rows if len(keep) == len(rows) else [rows[i] for i in keep]  # views, never a copy
         return await asyncio.to_thread(
-            _merge_described, kept_rows, layout, own.specs, factors, self.merge_method, self.merge_options,
-            screened=screened,
-        )  # fmt: skip
+            _merge_described, kept_rows, layout, own.specs, factors, self.merge_method, self.merge_options
+        )
 
     async def _fetch_row(self, uid: str, digest: str, row: np.ndarray, own: FlatState) -> str | None:
         """Put ``uid``'s checked-in weights in ``row``; why not (and a log line) when they cannot be used."""

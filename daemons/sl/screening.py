@@ -21,21 +21,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daemons.sl.merge import (
-    MergeError,
-    MergeOptions,
-    Rows,
-    TensorLayout,
-    find_non_finite,
-    float_distance,
-    merge_flat,
-)
+from daemons.sl.merge import MergeError, TensorLayout, find_non_finite, float_distance
 
 __all__ = [
     "ROBUST_METHODS",
     "Exclusion",
     "Screened",
-    "merge_if_all_usable",
     "merge_weights",
     "required_rows",
     "row_problem",
@@ -113,26 +104,6 @@ def screen(
         else:
             excluded.append(Exclusion(uid, problem))
     return Screened(keep, excluded)
-
-
-def merge_if_all_usable(
-    rows: Rows,
-    layout: Sequence[TensorLayout],
-    weights: Sequence[float],
-    method: str,
-    options: MergeOptions,
-) -> npt.NDArray[np.uint8] | None:
-    """The merge of every row, or None when a row would not pass :func:`screen` without a norm bound.
-
-    ``merge_flat`` refuses NaN and inf itself (the robust methods check every row first, the mean checks
-    its zero-weight rows and its result, where any other non-finite value shows), as it refuses a row that
-    does not fit the layout. So when it succeeds no row needed leaving out, and the rows were read once
-    instead of twice; when it raises, the caller screens the rows and merges what is left.
-    """
-    try:
-        return merge_flat(rows, layout, weights, method, options=options)
-    except MergeError:
-        return None
 
 
 def merge_weights(method: str, declared: Sequence[Any]) -> list[float]:
