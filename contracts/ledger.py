@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,24 +27,23 @@ from contracts.blockstore import BlockStore, ChainError
 from contracts.machine import apply, changed_entities, genesis_transactions, receipt
 from contracts.state import EMPTY_STATE, State
 from contracts.tasks import BodyValidator, taskdefs_validator
-from contracts.tx import TX_PREFIX, Rejection, Tx, tx_from_envelope, tx_from_wire
+from contracts.tx import (
+    SENT_TWICE,
+    TX_PREFIX,
+    Rejection,
+    Tx,
+    duplicate_rejection,
+    tx_from_envelope,
+    tx_from_wire,
+)
 from wire.envelope import SignerLike, VerifierLike, decode_envelope, encode_envelope, make_envelope
 from wire.errors import CodecError
 
-__all__ = ["Accepted", "Ledger", "SealResult", "duplicate_block"]
+__all__ = ["Accepted", "Ledger", "SealResult"]
 
 log = logging.getLogger(__name__)
 
 Change = tuple[str, str]
-_DUPLICATE_OF = "duplicate transaction: this exact envelope is already transaction"
-_DUPLICATE_BLOCK = re.compile(re.escape(_DUPLICATE_OF) + r" \d+ of block (\d+)")
-
-
-def duplicate_block(reason: str) -> int | None:
-    """The block that holds an envelope, from the reason the ledger gave for refusing it again; None
-    for any other reason."""
-    found = _DUPLICATE_BLOCK.search(reason)
-    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,9 +316,9 @@ class Ledger:
     def _dedup(digest: bytes, stored: Mapping[bytes, tuple[int, int]], seen: set[bytes]) -> Rejection | None:
         if digest in stored:
             height, index = stored[digest]
-            return Rejection(f"{_DUPLICATE_OF} {index} of block {height}")
+            return duplicate_rejection(index, height)
         if digest in seen:
-            return Rejection("duplicate transaction: this exact envelope was sent twice in one batch")
+            return Rejection(SENT_TWICE)
         return None
 
     def _try(self, state: State, raw: bytes, time: float) -> tuple[State, Tx] | Rejection:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ __all__ = [
     "ADMIN_ROLES",
     "DEFAULT_OFFLINE_GRACE",
     "KINDS",
+    "SENT_TWICE",
     "TASK_TYPES",
     "TX_PREFIX",
     "KindSpec",
@@ -23,6 +25,9 @@ __all__ = [
     "Rejection",
     "Tx",
     "check_tx",
+    "duplicate_block",
+    "duplicate_rejection",
+    "is_duplicate",
     "tx_from_envelope",
     "tx_from_wire",
 ]
@@ -68,6 +73,29 @@ class Rejection:
     """Why a transaction was not applied, written for the user."""
 
     reason: str
+
+
+_DUPLICATE_OF = "duplicate transaction: this exact envelope is already transaction"
+_DUPLICATE_BLOCK = re.compile(re.escape(_DUPLICATE_OF) + r" \d+ of block (\d+)")
+SENT_TWICE = "duplicate transaction: this exact envelope was sent twice in one batch"
+
+
+def duplicate_rejection(index: int, height: int) -> Rejection:
+    """An envelope the ledger holds already, as transaction ``index`` of block ``height``."""
+    return Rejection(f"{_DUPLICATE_OF} {index} of block {height}")
+
+
+def duplicate_block(reason: str) -> int | None:
+    """The block that holds an envelope, from the reason the ledger gave for refusing it again; None
+    for any other reason."""
+    found = _DUPLICATE_BLOCK.search(reason)
+    return int(found.group(1)) if found else None
+
+
+def is_duplicate(reason: str) -> bool:
+    """Whether the ledger refused an envelope because it holds it already: sealed in an earlier block, or
+    accepted in the same block as its twin."""
+    return duplicate_block(reason) is not None or SENT_TWICE in reason
 
 
 class RejectError(Exception):

@@ -17,12 +17,12 @@ import contextlib
 import logging
 import os
 import random
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.history import HistoryIndex
+from contracts.tx import is_duplicate
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError
 from daemons.bus.session import Subscription
@@ -32,12 +32,6 @@ __all__ = ["Event", "LedgerClient", "Patience", "Rejected", "Watch", "find_sn"]
 
 log = logging.getLogger("swarm.ledger_client")
 EVENT_KIND = "event"
-# A resent envelope that the ledger holds already: sealed in an earlier block, or accepted in the same
-# block as its twin (replies go out only once that block is stored).
-_DUPLICATE = re.compile(
-    r"duplicate transaction: this exact envelope "
-    r"(is already transaction \d+ of block \d+|was sent twice in one batch)"
-)
 _SETTLE = 0.5  # seconds to hear the other SNs' retained presence before choosing among them
 # Refusals that are about the moment, not the transaction: no SN seals right now (another will), or the
 # SN cannot store blocks now (its disk is full).
@@ -230,8 +224,7 @@ class LedgerClient:
         except RemoteError as exc:
             if exc.code != "rejected":
                 raise
-            duplicate = _DUPLICATE.search(exc.message) if resent else None
-            if duplicate is None:
+            if not (resent and is_duplicate(exc.message)):  # replies go out once the block is stored
                 raise Rejected(kind, exc.message) from None
             log.info("%s was sealed before its answer came back (%s)", kind, exc.message)
             return await self._duplicate_receipt(kind, body)

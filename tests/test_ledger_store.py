@@ -10,10 +10,10 @@ import pytest
 
 from contracts.blockstore import ChainError
 from contracts.devkeys import DevAuthority, DevSigner
-from contracts.ledger import Accepted, Ledger, duplicate_block
+from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT
 from contracts.state import state_hash
-from contracts.tx import Rejection
+from contracts.tx import Rejection, duplicate_block
 from wire.envelope import Envelope, decode_envelope, encode_envelope, make_envelope
 
 C = DEFAULT_CONTRACT

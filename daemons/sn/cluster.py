@@ -25,7 +25,8 @@ import nats.js.errors
 
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
-from contracts.ledger import Ledger, duplicate_block
+from contracts.ledger import Ledger
+from contracts.tx import duplicate_block
 from daemons.bus import Bus, BusError, RemoteError, RpcError
 from daemons.sn.chain import LocalChain
 from daemons.sn.chainlog import ChainLog, ChainLogError, Fenced

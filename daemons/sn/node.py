@@ -21,7 +21,7 @@ from typing import Any
 from contracts.blockstore import ChainError
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import due_actions, next_deadline
-from contracts.tx import Rejection
+from contracts.tx import Rejection, is_duplicate
 from contracts.views import BadQuery, QueryError
 from daemons.aio import raise_if_cancelling
 from daemons.broker import BrokerError, BrokerSettings, BrokerTLS, ManagedBroker
@@ -272,7 +272,7 @@ class SNNode:
                 else:
                     await self.cluster.forward(raw)
             except RpcError as exc:
-                if "duplicate transaction" in exc.message:
+                if is_duplicate(exc.message):
                     return
                 log.info("registering this SN in the cluster: %s; retrying", exc.message)
                 await asyncio.sleep(1.0)

@@ -12,7 +12,8 @@ from typing import Any
 
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
-from contracts.ledger import Ledger, duplicate_block
+from contracts.ledger import Ledger
+from contracts.tx import duplicate_block
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError, RpcError
 from daemons.ledger_client import find_sn
