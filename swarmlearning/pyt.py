@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError, Validation
-from swarmlearning.staging import Staging, device_of
+from swarmlearning.staging import Staging, add_in_place, device_of
 from wire.frames import layout_from_wire, layout_to_wire
 from wire.limits import packb, unpackb
 from wire.tensors import FlatState, TensorSpec, layout_of
@@ -52,6 +52,30 @@ def _host_view(buffer: np.ndarray, spec: TensorSpec) -> torch.Tensor:
     return raw.view(_TORCH[spec.dtype]).view(spec.shape)
 
 
+class _Change:
+    """``merged - sent`` of two flat buffers of one layout, tensor by tensor, into a buffer of that
+    layout (a bool tensor: the merged value); the views are made once for the buffers it serves."""
+
+    def __init__(self, merged: FlatState, sent: FlatState) -> None:
+        self._ids = (id(merged.buffer), id(sent.buffer))
+        self.buffer = np.zeros(merged.total, dtype=np.uint8)
+        self.views = [_host_view(self.buffer, s) for s in merged.specs]
+        self._pairs = [(_host_view(merged.buffer, s), _host_view(sent.buffer, s)) for s in merged.specs]
+
+    def serves(self, merged: FlatState, sent: FlatState) -> bool:
+        """Whether it was made for these two buffers."""
+        return self._ids == (id(merged.buffer), id(sent.buffer))
+
+    def compute(self) -> None:
+        """Fill the buffer with the merged buffer's change from the sent one."""
+        with torch.no_grad():
+            for out, (merged, sent) in zip(self.views, self._pairs, strict=True):
+                if out.dtype == torch.bool:
+                    out.copy_(merged)
+                else:
+                    torch.sub(merged, sent, out=out)
+
+
 class SwarmCallback(SwarmCallbackBase):
     """SwarmCallback for PyTorch: call its hooks from your training loop.
 
@@ -63,6 +87,9 @@ class SwarmCallback(SwarmCallbackBase):
     for all): once per epoch, or after every sync round with ``useAdaptiveSync=True``, which then sets
     the sync interval (``swarmlearning.client.adaptive``). Use a loader without shuffling to compare the
     same samples every time.
+
+    ``overlapSync=True`` (or ``SWARM_OVERLAP_SYNC=true``) trains on while the swarm merges: each merge is
+    added to the model one sync later (``swarmlearning.client.swarm``); not with adaptive sync or DDP.
     """
 
     platform = "PYTORCH"
@@ -82,6 +109,7 @@ class SwarmCallback(SwarmCallbackBase):
             raise SwarmError("SwarmCallback: useAdaptiveSync needs lossFunction or metricFunction")
         self._views: tuple[np.ndarray, list[torch.Tensor]] | None = None
         self._in_views: tuple[int, list[torch.Tensor]] | None = None
+        self._change: _Change | None = None
         self._staging: Staging | None = None
 
     @staticmethod
@@ -165,6 +193,29 @@ class SwarmCallback(SwarmCallbackBase):
         with torch.no_grad():
             for name, tensor in state.items():
                 tensor.copy_(by_name[name])
+
+    def _apply_merge(self, merged: FlatState, sent: FlatState) -> None:
+        """``model += merged - sent``, tensor by tensor (a bool tensor takes the merged value): what the
+        merge changed is computed on the host, and a model on one GPU gets it in one copy."""
+        state = self._state()
+        if merged.specs != sent.specs or set(state) != {s.name for s in merged.specs}:
+            raise SwarmError("SwarmCallback: the merged model's layout differs from the weights sent")
+        if self._change is None or not self._change.serves(merged, sent):
+            self._change = _Change(merged, sent)
+        self._change.compute()
+        staging = self._staging_for(state, merged.specs, merged.total)
+        if staging is not None:
+            staging.add(torch.from_numpy(self._change.buffer), state)
+            return
+        with torch.no_grad():
+            for spec, change in zip(merged.specs, self._change.views, strict=True):
+                add_in_place(state[spec.name], change)
+
+    def _overlap_refusal(self) -> str | None:
+        dist = self._dist()
+        if dist is not None and dist.get_world_size() > 1:
+            return "a distributed (torchrun/DDP) job merges in step on every rank"
+        return super()._overlap_refusal()
 
     # ------------------------------------------------------- loss and metric
     def _validation(self, max_batches: int | None) -> Validation:

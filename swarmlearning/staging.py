@@ -16,7 +16,7 @@ import torch
 
 from wire.tensors import TensorSpec
 
-__all__ = ["Staging", "device_of"]
+__all__ = ["Staging", "add_in_place", "device_of"]
 
 
 def device_of(tensors: Iterable[torch.Tensor]) -> torch.device | None:
@@ -26,6 +26,14 @@ def device_of(tensors: Iterable[torch.Tensor]) -> torch.device | None:
         return None
     (device,) = devices
     return device if device.type == "cuda" else None
+
+
+def add_in_place(tensor: torch.Tensor, change: torch.Tensor) -> None:
+    """``tensor += change``; a bool tensor, which has no sum, takes ``change`` (the merged value)."""
+    if tensor.dtype == torch.bool:
+        tensor.copy_(change)
+    else:
+        tensor.add_(change)
 
 
 class Staging:
@@ -55,6 +63,13 @@ class Staging:
             for name, tensor in tensors.items():
                 self.views[name].copy_(tensor.detach())
             host.copy_(self.flat)
+
+    def add(self, host: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
+        """Add the host buffer ``host`` to ``tensors`` (by name), in place; a bool tensor takes its value."""
+        with torch.no_grad():
+            self.flat.copy_(host)
+            for name, tensor in tensors.items():
+                add_in_place(tensor, self.views[name])
 
     def load(self, host: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
         """Copy the host buffer ``host`` into ``tensors`` (by name), in place."""

@@ -1,4 +1,5 @@
-"""The ML program's end of the local socket to its SL (blocking: training code is synchronous)."""
+"""The ML program's end of the local socket to its SL (blocking: training code is synchronous; a request
+may be sent first and its answer read later, while training goes on)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class SLLink:
         self._sock = self._connect(path, connect_timeout)
         self.last = CallTimes()  # the times of the latest call
         self.shared: SharedBuffer | None = None  # the weight buffer shared with the SL, once attached
+        self._in_flight: tuple[str, bool, float] | None = None  # op, via the shared buffer, send time
 
     def attach_shared(self, path: str, nbytes: int) -> SharedBuffer:
         """Map the weight buffer the SL made for us (``wire.shared``); OSError/CodecError when it cannot."""
@@ -79,6 +81,13 @@ class SLLink:
         that is the shared buffer's array is not sent: the SL reads it there; an answer marked ``shm``
         comes back there (the shared array is then the answer's payload).
         """
+        self.start(op, header, payload)
+        return self.finish(into=into)
+
+    def start(self, op: str, header: dict[str, Any] | None = None, payload: np.ndarray | None = None) -> None:
+        """Send a request without waiting for its answer (``finish`` reads it); one at a time."""
+        if self._in_flight is not None:
+            raise LinkError(f"{op!r} sent while the answer to {self._in_flight[0]!r} is still awaited")
         shared = self.shared is not None and payload is self.shared.array
         body = payload.data.cast("B") if payload is not None and not shared else memoryview(b"")
         started = time.perf_counter()
@@ -87,14 +96,30 @@ class SLLink:
             self._sock.sendall(encode_frame_head(head, len(body)))
             if len(body):
                 self._sock.sendall(body)
-            sent = time.perf_counter()
+        except OSError as exc:
+            raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None
+        self._in_flight = (op, shared, time.perf_counter() - started)
+
+    @property
+    def awaiting(self) -> str | None:
+        """The op of the request whose answer is still to be read, if any."""
+        return None if self._in_flight is None else self._in_flight[0]
+
+    def finish(self, *, into: np.ndarray | None = None) -> tuple[dict[str, Any], np.ndarray | None]:
+        """Wait for and read the answer to the request ``start`` sent (``into`` as in ``call``)."""
+        if self._in_flight is None:
+            raise LinkError("no request awaits an answer")
+        op, shared, send = self._in_flight
+        self._in_flight = None
+        waiting = time.perf_counter()
+        try:
             prefix = self._recv_exactly(HEADER_PREFIX.size)
             answered = time.perf_counter()
             reply = decode_header(self._recv_exactly(header_length(prefix)))
             data = self._recv_payload(payload_size(reply), into)
             if reply.get("shm") is True and shared and self.shared is not None:
                 data = self.shared.array
-            self.last = CallTimes(sent - started, answered - sent, time.perf_counter() - answered)
+            self.last = CallTimes(send, answered - waiting, time.perf_counter() - answered)
         except (OSError, CodecError) as exc:
             raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None
         if reply.get("op") == "error":

@@ -8,6 +8,12 @@ evaluate ``adsValData``, talking to the SL, the log lines — is here.
 What validation costs: ``adsValData`` feeds the loss/metric shown for progress and adaptive sync. It is
 evaluated on at most ``adsValBatches`` batches (default ``DEFAULT_VAL_BATCHES``; ``None``: the whole set)
 — once per epoch when adaptive sync is off, once per sync round when it is on — never in loopback.
+
+Overlapped sync (``overlapSync=True`` or ``SWARM_OVERLAP_SYNC=true``; ours, not the reference's): a sync
+sends the weights and training goes on at once; the next sync (or the epoch's end, or the train's end)
+takes the merge in as ``model += merged - sent``, keeping what the model learnt meanwhile, and sends
+again. The round's time is hidden behind ``syncFrequency`` batches; each merge reaches the model one
+sync later. The end of training is a blocking round as always: every node ends with the same model.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "SwarmParams",
     "Validation",
     "loopback_enabled",
+    "overlap_enabled",
 ]
 
 DEFAULT_CONTRACT = "defaultbb.cqdb.sml.hpe"
@@ -78,9 +85,18 @@ class Validation(NamedTuple):
     metric_higher_is_better: bool = True
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("true", "1", "yes", "on")
+
+
 def loopback_enabled() -> bool:
     """``SWARM_LOOPBACK=true`` (any case): train alone, every hook returns at once."""
-    return os.environ.get("SWARM_LOOPBACK", "").strip().lower() in ("true", "1", "yes", "on")
+    return _env_flag("SWARM_LOOPBACK")
+
+
+def overlap_enabled() -> bool:
+    """``SWARM_OVERLAP_SYNC=true`` (any case): overlapped sync for a program that does not ask for it."""
+    return _env_flag("SWARM_OVERLAP_SYNC")
 
 
 def _require_int(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -109,6 +125,7 @@ class SwarmParams:
     total_epochs: int
     sample_count: int | None
     val_batches: int | None = DEFAULT_VAL_BATCHES
+    overlap_sync: bool = False  # train on while the swarm merges (module doc); ours, not the reference's
     privacy: dict[str, Any] = field(default_factory=dict)  # dp* and secureAggregation (client/privacy.py)
 
     def wire(self) -> dict[str, Any]:
@@ -154,6 +171,9 @@ def parse_params(
     if adaptive and kwargs.get("adsValData") is None:
         raise SwarmError("SwarmCallback: useAdaptiveSync needs adsValData")
     samples = kwargs.get("sampleCount")
+    overlap = kwargs.get("overlapSync", overlap_enabled())
+    if not isinstance(overlap, bool):
+        raise SwarmError(f"SwarmCallback: overlapSync must be True or False, got {overlap!r}")
     val_batches = kwargs.get("adsValBatches", DEFAULT_VAL_BATCHES)
     return SwarmParams(
         sync_frequency=_require_int("syncFrequency", sync_frequency, 1),
@@ -166,6 +186,7 @@ def parse_params(
         total_epochs=total,
         sample_count=None if samples is None else _require_int("sampleCount", samples, 1),
         val_batches=None if val_batches is None else _require_int("adsValBatches", val_batches, 1),
+        overlap_sync=overlap,
         privacy={**privacy_params(kwargs, SwarmError), **secure_params(kwargs, merge.lower(), SwarmError)},
     )
 
@@ -182,7 +203,7 @@ def _default_logger() -> logging.Logger:
 
 
 _KNOWN = {
-    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "adsValBatches",
+    "trainingContract", "useAdaptiveSync", "adsValData", "adsValBatchSize", "adsValBatches", "overlapSync",
     "checkinModelOnTrainEnd",
     "nodeWeightage", "mergeMethod", "totalEpochs", "logger", "model", "lossFunction", "lossFunctionArgs",
     "metricFunction", "metricFunctionArgs", "ml_platform", "sampleCount", "hfMode",
@@ -216,6 +237,9 @@ class SwarmCallbackBase(ABC):
         self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0, "validation": 0.0}
         self._flat: FlatState | None = None
         self._received: FlatState | None = None
+        self.overlap = False  # decided at on_train_begin (``_overlap_refusal``)
+        self._sent: FlatState | None = None  # the weights of the overlapped sync in flight, as sent
+        self._interval = self.params.sync_frequency  # batches between syncs, as the SL last said
         self._link: SLLink | None = None
         self._validate_platform(kwargs)
         if self.loopback:
@@ -235,6 +259,16 @@ class SwarmCallbackBase(ABC):
     @abstractmethod
     def _load_weights(self, flat: FlatState) -> None:
         """Copy weights from ``flat`` into the model, in place."""
+
+    def _apply_merge(self, merged: FlatState, sent: FlatState) -> None:
+        """Add what a merge changed (``merged - sent``) to the model, in place (overlapped sync)."""
+        raise SwarmError(f"SwarmCallback: overlapSync is not supported on {self.platform}")
+
+    def _overlap_refusal(self) -> str | None:
+        """Why this job cannot overlap its syncs with training (None: it can)."""
+        if self.params.use_adaptive_sync:
+            return "useAdaptiveSync chooses each interval from the merged model"
+        return None
 
     def _validation(self, max_batches: int | None) -> Validation:
         """Loss and metric on the first ``max_batches`` batches of adsValData (None: all of them).
@@ -302,10 +336,22 @@ class SwarmCallbackBase(ABC):
         self._flat = FlatState(self._flat.specs, shared.array)
 
     def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
+        self._take_merge()  # the link carries one request at a time
+        self._start(op, header, flat)
+        return self._finish()
+
+    def _start(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> None:
+        assert self._link is not None  # noqa: S101 - only called with a session
+        try:
+            self._link.start(op, header, None if flat is None else flat.buffer)
+        except LinkError as exc:
+            raise SwarmError(f"SwarmCallback: {exc}") from None
+
+    def _finish(self) -> dict[str, Any]:
         assert self._link is not None  # noqa: S101 - only called with a session
         spare = self._received.buffer if self._received is not None else None
         try:
-            reply, payload = self._link.call(op, header, None if flat is None else flat.buffer, into=spare)
+            reply, payload = self._link.finish(into=spare)
         except LinkError as exc:
             raise SwarmError(f"SwarmCallback: {exc}") from None
         if payload is not None:
@@ -320,6 +366,7 @@ class SwarmCallbackBase(ABC):
         """
         reply: dict[str, Any] = {}
         incoming: FlatState | None = None
+        self._take_merge()  # before the shared buffer is written: the SL answers the last sync there
         started = time.perf_counter()
         if self._is_sync_rank():
             self._flat = self._collect_weights(self._flat)
@@ -359,6 +406,11 @@ class SwarmCallbackBase(ABC):
         """Start from the swarm's model: the latest merged one, or one chosen among the starters."""
         if self.loopback:
             return
+        if self.params.overlap_sync:
+            refusal = self._overlap_refusal()
+            self.overlap = refusal is None
+            if refusal is not None:
+                self.logger.warning("SwarmCallback: overlapSync is off: %s", refusal)
         started = time.perf_counter()
         reply = self._exchange("begin", {"samples": self.params.sample_count or 0})
         self.timings["begin"] += time.perf_counter() - started
@@ -407,16 +459,60 @@ class SwarmCallbackBase(ABC):
             "loss": self.last_loss,
             "metric": self.last_metric,
         }
+        if self.overlap:
+            self._sync_overlapped(header)
+            return
         started = time.perf_counter()
         reply = self._exchange("sync", header)
         self.timings["sync"] += time.perf_counter() - started
-        self.syncs_done += 1
-        self.training_over = bool(reply.get("training_over", False))
+        self._synced(reply)
         self.steps_before_sync = self._next_interval(reply)
         self.logger.info(
             "Finished Swarm merging round %s (model %s)%s%s",
             reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
             f"; next sync in {self.steps_before_sync} batches" if self.adaptive is not None else "",
+        )  # fmt: skip
+
+    def _synced(self, reply: dict[str, Any]) -> None:
+        self.syncs_done += 1
+        self.training_over = bool(reply.get("training_over", False))
+        self._interval = int(reply.get("next_sync_interval") or self.params.sync_frequency)
+
+    def _sync_overlapped(self, header: dict[str, Any]) -> None:
+        """Take in the last sync's merge, then send the weights and return: training goes on while the
+        swarm merges them."""
+        self._take_merge()
+        self.steps_before_sync = self._interval
+        if self.training_over:
+            return
+        started = time.perf_counter()
+        self._flat = self._collect_weights(self._flat)
+        if self._sent is None or self._sent.specs != self._flat.specs:
+            self._sent = FlatState(self._flat.specs, np.empty_like(self._flat.buffer))
+        np.copyto(self._sent.buffer, self._flat.buffer)
+        self._add_time("sync", "collect", time.perf_counter() - started)
+        self._start("sync", {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
+        self.timings["sync"] += time.perf_counter() - started
+
+    def _take_merge(self) -> None:
+        """Wait for the merge of the overlapped sync in flight (if any) and add it to the model."""
+        if self._link is None or self._link.awaiting is None:
+            return
+        assert self._sent is not None  # noqa: S101 - set whenever an overlapped sync is sent
+        started = time.perf_counter()
+        self._received = None
+        reply = self._finish()
+        self._add_call_times("sync", reply)
+        if self._received is None:
+            raise SwarmError("SwarmCallback: the SL sent no weights back for 'sync'")
+        loading = time.perf_counter()
+        self._apply_merge(self._received, self._sent)
+        self._add_time("sync", "load", time.perf_counter() - loading)
+        self.timings["sync"] += time.perf_counter() - started
+        self._synced(reply)
+        self.logger.info(
+            "Finished Swarm merging round %s (model %s), taken in while training went on",
+            reply.get("round", "?"), reply.get("digest", "?"),
         )  # fmt: skip
 
     def _loss_text(self) -> str:
@@ -453,6 +549,7 @@ class SwarmCallbackBase(ABC):
                 "No user merge done during swarm training. syncFrequency=%d may be high.",
                 self.params.sync_frequency,
             )
+        self._take_merge()
         started = time.perf_counter()
         reply = self._exchange(
             "end", {"mode": self.params.checkin_mode, "epochs_done": self.epochs_completed}

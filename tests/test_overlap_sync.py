@@ -1,0 +1,207 @@
+"""Overlapped sync (``overlapSync`` / ``SWARM_OVERLAP_SYNC``): a sync sends the weights and training goes
+on; the next sync adds the merge's change (``merged - sent``) to the model. The link's request and
+answer apart, the change applied tensor by tensor, the cases where it is refused, and a real swarm."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from swarmlearning.client.link import LinkError, SLLink
+from swarmlearning.client.swarm import SwarmError
+from swarmlearning.pyt import SwarmCallback
+from tests.conftest import RunningSN
+from tests.swarm_helpers import start_sl
+from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from wire.tensors import FlatState
+
+
+class _Mixed(torch.nn.Module):
+    """Float, bfloat16, int64 (a BatchNorm counter) and bool tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.dense = torch.nn.Linear(5, 3)
+        self.norm = torch.nn.BatchNorm1d(3)
+        self.low = torch.nn.Parameter(torch.randn(4, dtype=torch.bfloat16))
+        self.register_buffer("flags", torch.tensor([True, False, True]))
+
+
+def _standalone(model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> SwarmCallback:
+    monkeypatch.setenv("SWARM_LOOPBACK", "true")  # no SL: only the weight paths are used
+    return SwarmCallback(4, 1, model=model, totalEpochs=1, **kwargs)
+
+
+def _shifted(flat: FlatState, by: dict[str, torch.Tensor]) -> FlatState:
+    """``flat`` with ``by[name]`` added to (bool: put in place of) tensor ``name``."""
+    from swarmlearning.pyt import _host_view
+
+    out = FlatState(flat.specs, flat.buffer.copy())
+    for spec in out.specs:
+        if spec.name in by:
+            view = _host_view(out.buffer, spec)
+            view.copy_(by[spec.name] if view.dtype == torch.bool else view + by[spec.name])
+    return out
+
+
+def test_the_merge_is_added_to_what_the_model_learnt_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _Mixed()
+    cb = _standalone(model, monkeypatch)
+    sent = cb._collect_weights(None)
+    sent = FlatState(sent.specs, sent.buffer.copy())
+    change = {
+        "dense.weight": torch.full((3, 5), 0.5),
+        "low": torch.tensor([1.0, -1.0, 0.25, 0.0], dtype=torch.bfloat16),
+        "norm.num_batches_tracked": torch.tensor(7),
+        "flags": torch.tensor([False, True, False]),
+    }
+    merged = _shifted(sent, change)
+    with torch.no_grad():  # training went on after the weights were sent
+        model.dense.weight.add_(1.0)
+        model.state_dict()["norm.num_batches_tracked"].add_(3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pointers = {k: v.data_ptr() for k, v in model.state_dict().items()}
+    cb._apply_merge(merged, sent)
+    after = model.state_dict()
+    assert torch.allclose(after["dense.weight"], before["dense.weight"] + 0.5)
+    assert torch.equal(after["low"], before["low"] + change["low"])
+    assert int(after["norm.num_batches_tracked"]) == int(before["norm.num_batches_tracked"]) + 7
+    assert torch.equal(after["flags"], change["flags"])  # a bool has no sum: the merged value
+    for name in ("dense.bias", "norm.running_mean", "norm.running_var", "norm.weight"):
+        assert torch.equal(after[name], before[name]), name  # unchanged by the merge: untouched
+    assert {k: v.data_ptr() for k, v in after.items()} == pointers  # in place
+    cb._apply_merge(merged, sent)  # the views made for these buffers serve again
+    assert torch.allclose(model.dense.weight, before["dense.weight"] + 1.0)
+
+
+def test_a_merge_of_another_layout_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    cb = _standalone(_Mixed(), monkeypatch)
+    sent = cb._collect_weights(None)
+    other = _standalone(torch.nn.Linear(2, 2), monkeypatch)._collect_weights(None)
+    with pytest.raises(SwarmError, match="layout differs"):
+        cb._apply_merge(other, sent)
+
+
+def test_overlapsync_is_a_flag_and_the_environment_turns_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SwarmError, match="overlapSync must be True or False"):
+        _standalone(torch.nn.Linear(2, 2), monkeypatch, overlapSync="yes")
+    assert not _standalone(torch.nn.Linear(2, 2), monkeypatch).params.overlap_sync
+    monkeypatch.setenv("SWARM_OVERLAP_SYNC", "true")
+    assert _standalone(torch.nn.Linear(2, 2), monkeypatch).params.overlap_sync
+    assert not _standalone(torch.nn.Linear(2, 2), monkeypatch, overlapSync=False).params.overlap_sync
+
+
+def test_adaptive_sync_keeps_its_syncs_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8)))
+    cb = _standalone(
+        torch.nn.Linear(2, 2),
+        monkeypatch,
+        overlapSync=True,
+        useAdaptiveSync=True,
+        adsValData=loader,
+        lossFunction="MSELoss",
+    )
+    assert cb._overlap_refusal() == "useAdaptiveSync chooses each interval from the merged model"
+    assert _standalone(torch.nn.Linear(2, 2), monkeypatch, overlapSync=True)._overlap_refusal() is None
+
+
+# ------------------------------------------------------------------------------------------ the link
+class _EchoSL:
+    """A unix socket that answers each request with its header's ``n`` once told to (``answer``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.go = threading.Semaphore(0)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            while True:
+                prefix = conn.recv(HEADER_PREFIX.size, socket.MSG_WAITALL)
+                if not prefix:
+                    return
+                header = decode_header(conn.recv(header_length(prefix), socket.MSG_WAITALL))
+                size = payload_size(header)
+                payload = conn.recv(size, socket.MSG_WAITALL) if size else b""
+                self.go.acquire()
+                conn.sendall(encode_frame_head({"op": "ok", "n": header.get("n")}, len(payload)) + payload)
+
+
+def test_a_request_sent_first_is_answered_when_finished(tmp_path: Path) -> None:
+    sl = _EchoSL(tmp_path / "sl.sock")
+    link = SLLink(str(tmp_path / "sl.sock"))
+    try:
+        with pytest.raises(LinkError, match="no request awaits an answer"):
+            link.finish()
+        weights = np.arange(1000, dtype=np.uint8)
+        link.start("sync", {"n": 1}, weights)
+        assert link.awaiting == "sync"
+        with pytest.raises(LinkError, match="'progress' sent while the answer to 'sync' is still awaited"):
+            link.start("progress", {"n": 2})
+        sl.go.release()
+        reply, data = link.finish()
+        assert reply["n"] == 1 and data is not None and np.array_equal(data, weights)
+        assert link.awaiting is None
+        sl.go.release()
+        reply, _ = link.call("progress", {"n": 3})
+        assert reply["n"] == 3
+    finally:
+        link.close()
+        sl.server.close()
+
+
+# ------------------------------------------------------------------------------------- a real swarm
+@pytest.mark.slow
+def test_three_overlapping_nodes_take_in_every_merge_and_end_with_one_model(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    nodes = [
+        start_sl(
+            sn,
+            f"ov-{i}",
+            tmp_path,
+            SEED=i,
+            MIN_PEERS=3,
+            SYNC_FREQ=2,
+            EPOCHS=2,
+            BATCHES=8,
+            SWARM_OVERLAP_SYNC="true",
+        )
+        for i in range(1, 4)
+    ]
+    codes = [node.wait() for node in nodes]
+    assert codes == [0, 0, 0], [n.output()[-2000:] for n in nodes]
+    digests = {node.final_digest() for node in nodes}
+    assert len(digests) == 1 and None not in digests
+    for node in nodes:
+        out = node.output()
+        found = re.search(r"SYNCS (\d+)", out)
+        assert found is not None and int(found[1]) == 8, out[-2000:]  # 16 batches, every 2nd a sync
+        assert out.count("taken in while training went on") == 8, out[-3000:]
+        assert "All peers and Swarm training rounds finished. Final Swarm model was loaded." in out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_model_takes_in_the_merge_its_cpu_twin_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu_model, gpu_model = _Mixed(), _Mixed().cuda()
+    cpu_cb, gpu_cb = _standalone(cpu_model, monkeypatch), _standalone(gpu_model, monkeypatch)
+    sent = gpu_cb._collect_weights(None)
+    assert gpu_cb._staging is not None  # the merge goes through the model's flat buffer on the GPU
+    sent = FlatState(sent.specs, sent.buffer.copy())
+    merged = _shifted(sent, {"dense.weight": torch.full((3, 5), -0.25), "flags": torch.zeros(3) > 0})
+    for cb in (cpu_cb, gpu_cb):
+        cb._apply_merge(merged, sent)
+    for name, tensor in cpu_model.state_dict().items():
+        assert torch.equal(gpu_model.state_dict()[name].cpu(), tensor), name
