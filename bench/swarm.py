@@ -5,7 +5,9 @@ and the reference's 784-512-10 MLP (``bench/mlp_pyt.py``: the same program with 
 train on 4 private sets (the bundled digits, shifted and noised, 28x28; MNIST cannot be downloaded here):
 
 - alone: the 4 programs with ``SWARM_LOOPBACK=true``, started together;
-- swarm: ``swarm sn`` + 4 standalone ``swarm sl`` running the same program, at syncFrequency 128 and 8.
+- swarm: ``swarm sn`` + 4 standalone ``swarm sl`` running the same program, at syncFrequency 128 and 8;
+- overlapped: the same with ``SWARM_OVERLAP_SYNC=true`` (training goes on while the swarm merges; each
+  merge reaches the model one sync later: ``swarmlearning/client/swarm.py``), its accuracy beside it.
 
 Same data, epochs, seed and batch size (32) everywhere; one torch thread per program. The headline is
 overhead = mean training time per node under the swarm / the same alone, where a node's training time is
@@ -128,7 +130,7 @@ def run_alone(work: Path, program: Path, size: Size) -> Run:
     return Run(results, wall, children_cpu_seconds() - cpu)
 
 
-def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int) -> Run:
+def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int, *, overlap: bool = False) -> Run:
     """SN + 4 standalone SLs running ``program``; wall time from the SLs' start, CPU time of all (SN too)."""
     dirs = _write_data(work, size)
     cpu = children_cpu_seconds()
@@ -136,7 +138,10 @@ def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int) -> Run
         port = start_sn(procs, work / "sn")
         start = time.perf_counter()
         for node_dir in dirs:
-            env = _env(size, sync_frequency, node_dir)
+            env = {
+                **_env(size, sync_frequency, node_dir),
+                **({"SWARM_OVERLAP_SYNC": "true"} if overlap else {}),
+            }
             start_sl(procs, port, node_dir.name, program=program, work=work, env=env)
         results = _results(dirs, procs, [d.name for d in dirs])
         wall = time.perf_counter() - start
@@ -182,7 +187,9 @@ def _loop_outside_swarm(results: list[dict[str, Any]]) -> float:
     return float(np.mean([r["seconds"] - sum(r["swarm"].get(k, 0.0) for k in calls) for r in results]))
 
 
-def overhead_row(model: str, sync_frequency: int, size: Size, alone: list[Run], swarm: Run) -> dict[str, Any]:
+def overhead_row(
+    model: str, sync_frequency: int, size: Size, alone: list[Run], swarm: Run, *, overlap: bool = False
+) -> dict[str, Any]:
     """One row: mean training time per node under the swarm against the same program alone.
 
     ``alone`` holds the runs alone before and after the swarm's; the baseline is their mean.
@@ -211,8 +218,9 @@ def overhead_row(model: str, sync_frequency: int, size: Size, alone: list[Run], 
         f"accuracy {_mean(ours, 'accuracy'):.3f} (alone {_mean(solo, 'accuracy'):.3f}); identical final "
         f"digests: {len(digests) == 1}"
     )
+    how = ", overlapped (SWARM_OVERLAP_SYNC=true)" if overlap else ""
     return make_row(
-        f"overhead: {model}, {NODES} nodes, syncFrequency {sync_frequency}",
+        f"overhead: {model}, {NODES} nodes, syncFrequency {sync_frequency}{how}",
         ours_s,
         "s training per node",
         "same program alone (SWARM_LOOPBACK=true, 4 at once)",
@@ -223,15 +231,25 @@ def overhead_row(model: str, sync_frequency: int, size: Size, alone: list[Run], 
 
 
 def measure(size: Size) -> list[dict[str, Any]]:
-    """Every model: alone, the swarm at each sync frequency, alone again."""
+    """Every model: alone, the swarm at each sync frequency (blocking, then overlapped), alone again."""
     rows = []
+    cases = [(sf, overlap) for overlap in (False, True) for sf in SYNC_FREQUENCIES]
     with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
         for m, (model, program) in enumerate(PROGRAMS.items()):
             before = run_alone(Path(tmp) / f"{m}-alone", program, size)
-            swarms = {sf: run_swarm(Path(tmp) / f"{m}-sf{sf}", program, size, sf) for sf in SYNC_FREQUENCIES}
+            swarms = {
+                (sf, overlap): run_swarm(
+                    Path(tmp) / f"{m}-sf{sf}{'-overlap' if overlap else ''}",
+                    program,
+                    size,
+                    sf,
+                    overlap=overlap,
+                )
+                for sf, overlap in cases
+            }
             after = run_alone(Path(tmp) / f"{m}-alone-after", program, size)
-            for sf, swarm in swarms.items():
-                rows.append(overhead_row(model, sf, size, [before, after], swarm))
+            for (sf, overlap), swarm in swarms.items():
+                rows.append(overhead_row(model, sf, size, [before, after], swarm, overlap=overlap))
             print_rows("swarm overhead (so far)", rows[-len(swarms) :])
     return rows
 
