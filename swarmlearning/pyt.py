@@ -89,7 +89,8 @@ class SwarmCallback(SwarmCallbackBase):
     same samples every time.
 
     ``overlapSync=True`` (or ``SWARM_OVERLAP_SYNC=true``) trains on while the swarm merges: each merge is
-    added to the model one sync later (``swarmlearning.client.swarm``); not with adaptive sync or DDP.
+    added to the model one sync later (``swarmlearning.client.swarm``; under DDP on every rank); not with
+    adaptive sync.
     """
 
     platform = "PYTORCH"
@@ -210,12 +211,6 @@ class SwarmCallback(SwarmCallbackBase):
         with torch.no_grad():
             for spec, change in zip(merged.specs, self._change.views, strict=True):
                 add_in_place(state[spec.name], change)
-
-    def _overlap_refusal(self) -> str | None:
-        dist = self._dist()
-        if dist is not None and dist.get_world_size() > 1:
-            return "a distributed (torchrun/DDP) job merges in step on every rank"
-        return super()._overlap_refusal()
 
     # ------------------------------------------------------- loss and metric
     def _validation(self, max_batches: int | None) -> Validation:

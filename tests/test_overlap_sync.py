@@ -205,3 +205,20 @@ def test_a_gpu_model_takes_in_the_merge_its_cpu_twin_does(monkeypatch: pytest.Mo
         cb._apply_merge(merged, sent)
     for name, tensor in cpu_model.state_dict().items():
         assert torch.equal(gpu_model.state_dict()[name].cpu(), tensor), name
+
+
+@pytest.mark.slow
+def test_an_overlapping_two_process_gloo_site_ends_with_the_swarms_model_on_every_rank(
+    sn: RunningSN, tmp_path: Path
+) -> None:
+    overlap = {"SWARM_OVERLAP_SYNC": "true", "MIN_PEERS": 3, "SYNC_FREQ": 2}
+    cpu = {"CUDA_VISIBLE_DEVICES": ""}  # gloo on CPU even on a GPU host
+    ddp = start_sl(sn, "ov-ddp", tmp_path, sl_args=["--ml-nproc", "2"], SEED=1, **overlap, **cpu)
+    singles = [start_sl(sn, f"ov-{i}", tmp_path, SEED=i, **overlap) for i in (2, 3)]
+    codes = [ddp.wait(), *(node.wait() for node in singles)]
+    assert codes == [0, 0, 0], [n.output()[-3000:] for n in (ddp, *singles)]
+    # 16 batches, every 2nd a sync, taken in by each of the 2 ranks (each logs its own)
+    assert ddp.output().count("taken in while training went on") == 2 * 8, ddp.output()[-3000:]
+    ranks = ddp.final_digests()
+    assert len(ranks) == 2, ddp.output()[-2000:]  # both ranks hold the final model
+    assert set(ranks) == {node.final_digest() for node in singles}

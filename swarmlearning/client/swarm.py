@@ -239,6 +239,7 @@ class SwarmCallbackBase(ABC):
         self._received: FlatState | None = None
         self.overlap = False  # decided at on_train_begin (``_overlap_refusal``)
         self._sent: FlatState | None = None  # the weights of the overlapped sync in flight, as sent
+        self._in_flight = False  # an overlapped sync's merge is still to be taken in (on every rank)
         self._interval = self.params.sync_frequency  # batches between syncs, as the SL last said
         self._link: SLLink | None = None
         self._validate_platform(kwargs)
@@ -336,7 +337,6 @@ class SwarmCallbackBase(ABC):
         self._flat = FlatState(self._flat.specs, shared.array)
 
     def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
-        self._take_merge()  # the link carries one request at a time
         self._start(op, header, flat)
         return self._finish()
 
@@ -486,27 +486,38 @@ class SwarmCallbackBase(ABC):
         if self.training_over:
             return
         started = time.perf_counter()
-        self._flat = self._collect_weights(self._flat)
-        if self._sent is None or self._sent.specs != self._flat.specs:
-            self._sent = FlatState(self._flat.specs, np.empty_like(self._flat.buffer))
-        np.copyto(self._sent.buffer, self._flat.buffer)
+        if self._is_sync_rank():
+            self._flat = self._collect_weights(self._flat)
+            if self._sent is None or self._sent.specs != self._flat.specs:
+                self._sent = FlatState(self._flat.specs, np.empty_like(self._flat.buffer))
+            np.copyto(self._sent.buffer, self._flat.buffer)  # the shared buffer gets the answer
+            self._start("sync", {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
+        else:  # the same weights as the sync rank's (DDP keeps the ranks in step)
+            self._sent = self._collect_weights(self._sent)
+        self._in_flight = True
         self._add_time("sync", "collect", time.perf_counter() - started)
-        self._start("sync", {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
         self.timings["sync"] += time.perf_counter() - started
 
     def _take_merge(self) -> None:
-        """Wait for the merge of the overlapped sync in flight (if any) and add it to the model."""
-        if self._link is None or self._link.awaiting is None:
+        """Wait for the merge of the overlapped sync in flight (if any) and add it to the model; every
+        rank of a distributed job calls it at the same point (the merge is broadcast)."""
+        if not self._in_flight:
             return
+        self._in_flight = False
         assert self._sent is not None  # noqa: S101 - set whenever an overlapped sync is sent
         started = time.perf_counter()
-        self._received = None
-        reply = self._finish()
-        self._add_call_times("sync", reply)
-        if self._received is None:
-            raise SwarmError("SwarmCallback: the SL sent no weights back for 'sync'")
+        reply: dict[str, Any] = {}
+        incoming: FlatState | None = None
+        if self._is_sync_rank():
+            self._received = None
+            reply = self._finish()
+            self._add_call_times("sync", reply)
+            incoming = self._received
+            if incoming is None:
+                raise SwarmError("SwarmCallback: the SL sent no weights back for 'sync'")
+        reply, incoming = self._share(reply, incoming)
         loading = time.perf_counter()
-        self._apply_merge(self._received, self._sent)
+        self._apply_merge(incoming, self._sent)
         self._add_time("sync", "load", time.perf_counter() - loading)
         self.timings["sync"] += time.perf_counter() - started
         self._synced(reply)
@@ -526,7 +537,10 @@ class SwarmCallbackBase(ABC):
     def on_epoch_end(self, epoch: Any = None, *args: Any, **kwargs: Any) -> None:
         """Count the epoch and report progress (with a bounded validation, when adaptive sync is off)."""
         self.epochs_completed += 1
-        if self.loopback or not self._is_sync_rank():
+        if self.loopback:
+            return
+        self._take_merge()  # on every rank; the link carries one request at a time
+        if not self._is_sync_rank():
             return
         if self.adaptive is None and not self.training_over:
             self._evaluate()
