@@ -230,10 +230,10 @@ def overhead_row(
     )
 
 
-def measure(size: Size) -> list[dict[str, Any]]:
+def measure(size: Size, sync_frequencies: tuple[int, ...] = SYNC_FREQUENCIES) -> list[dict[str, Any]]:
     """Every model: alone, the swarm at each sync frequency (blocking, then overlapped), alone again."""
     rows = []
-    cases = [(sf, overlap) for overlap in (False, True) for sf in SYNC_FREQUENCIES]
+    cases = [(sf, overlap) for overlap in (False, True) for sf in sync_frequencies]
     with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
         for m, (model, program) in enumerate(PROGRAMS.items()):
             before = run_alone(Path(tmp) / f"{m}-alone", program, size)
@@ -288,14 +288,23 @@ def main() -> None:
         "--per-node", type=positive_int, help="samples per node (with --epochs; no merge rows)"
     )
     parser.add_argument("--epochs", type=positive_int, help="epochs (with --per-node)")
+    parser.add_argument(
+        "--sync-frequency",
+        type=positive_int,
+        action="append",
+        help="only this syncFrequency (repeatable; with --per-node; default: 128 and 8)",
+    )
     args = parser.parse_args()
     if (args.per_node is None) != (args.epochs is None):
         parser.error("--per-node and --epochs go together")
     if args.quick and args.per_node is not None:
         parser.error("--quick or --per-node/--epochs, not both")
+    if args.sync_frequency and args.per_node is None:
+        parser.error("--sync-frequency goes with --per-node/--epochs")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.per_node is not None:
-        print_rows("swarm", measure(Size(args.per_node, args.epochs)))
+        frequencies = tuple(args.sync_frequency or SYNC_FREQUENCIES)
+        print_rows("swarm", measure(Size(args.per_node, args.epochs), frequencies))
     else:
         print_rows("swarm", run(args.quick) + ([] if args.quick else merge_rows()))
 
