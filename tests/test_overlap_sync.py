@@ -18,8 +18,15 @@ from swarmlearning.client.link import LinkError, SLLink
 from swarmlearning.client.swarm import SwarmError
 from swarmlearning.pyt import SwarmCallback
 from tests.conftest import RunningSN
-from tests.swarm_helpers import start_sl
-from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
+from tests.swarm_helpers import RunningSL, start_sl
+from wire.frames import (
+    HEADER_PREFIX,
+    decode_header,
+    encode_frame_head,
+    header_length,
+    layout_from_wire,
+    payload_size,
+)
 from wire.tensors import FlatState
 
 
@@ -162,6 +169,93 @@ def test_a_request_sent_first_is_answered_when_finished(tmp_path: Path) -> None:
         sl.server.close()
 
 
+# ------------------------------------------------------------------------ the callback and a stand-in SL
+class _PlusOneSL:
+    """A stand-in SL on a unix socket: every ``sync`` "merges" by adding 1 to each float tensor sent (or
+    answers with an error, for the syncs numbered in ``failing``); other requests get their weights back."""
+
+    def __init__(self, path: Path, failing: tuple[int, ...] = ()) -> None:
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.failing, self.syncs = failing, 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        with conn:
+            while prefix := conn.recv(HEADER_PREFIX.size, socket.MSG_WAITALL):
+                header = decode_header(conn.recv(header_length(prefix), socket.MSG_WAITALL))
+                size = payload_size(header)
+                payload = (
+                    np.frombuffer(conn.recv(size, socket.MSG_WAITALL), np.uint8).copy() if size else None
+                )
+                conn.sendall(self._answer(header, payload))
+
+    def _answer(self, header: dict[str, Any], payload: np.ndarray | None) -> bytes:
+        from swarmlearning.pyt import _host_view
+
+        if payload is None:
+            return encode_frame_head({"op": "ok", "uid": "stand-in"}, 0)
+        layout = header["layout"]
+        if header["op"] == "sync":
+            self.syncs += 1
+            if self.syncs in self.failing:
+                return encode_frame_head({"op": "error", "message": f"round {self.syncs} failed: boom"}, 0)
+            for spec in layout_from_wire(layout, payload.nbytes):
+                _host_view(payload, spec).add_(1.0)
+        reply = {"op": "ok", "round": self.syncs, "digest": "d", "layout": layout, "next_sync_interval": 2}
+        return encode_frame_head(reply, payload.nbytes) + payload.tobytes()
+
+
+def _overlapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **sl: Any
+) -> tuple[SwarmCallback, _PlusOneSL]:
+    monkeypatch.delenv("SWARM_LOOPBACK", raising=False)
+    monkeypatch.setenv("SWARM_SL_SOCKET", str(tmp_path / "sl.sock"))
+    server = _PlusOneSL(tmp_path / "sl.sock", **sl)
+    torch.manual_seed(0)
+    return SwarmCallback(2, 1, model=torch.nn.Linear(3, 2), totalEpochs=1, overlapSync=True), server
+
+
+def test_each_merge_is_added_at_the_next_sync_and_the_end_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cb, _ = _overlapping(tmp_path, monkeypatch)
+    model = cb.model
+    assert isinstance(model, torch.nn.Linear)
+    cb.on_train_begin()
+    start = model.weight.detach().clone()
+    cb.on_batch_end()
+    cb.on_batch_end()  # sync 1 sent: the callback returns without its merge
+    assert cb._link is not None and cb._link.awaiting == "sync" and cb.syncs_done == 0
+    with torch.no_grad():
+        model.weight.add_(0.5)  # what training learns meanwhile
+    cb.on_batch_end()
+    cb.on_batch_end()  # sync 1's merge (+1) taken in, kept with the 0.5; sync 2 sent
+    assert cb.syncs_done == 1
+    assert torch.allclose(model.weight, start + 1.5)
+    cb.on_epoch_end()  # takes sync 2's merge (+1 on what was sent) before reporting progress
+    assert cb.syncs_done == 2 and cb._link.awaiting is None
+    assert torch.allclose(model.weight, start + 2.5)
+    cb.on_train_end()  # a blocking exchange, as always
+    assert cb.final_digest == "d" and cb.training_over
+    assert torch.allclose(model.weight, start + 2.5)
+
+
+def test_a_sync_the_sl_failed_raises_its_error_at_the_next_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cb, _ = _overlapping(tmp_path, monkeypatch, failing=(2,))
+    cb.on_train_begin()
+    for _ in range(4):  # sync 1 sent, then taken in as sync 2 is sent
+        cb.on_batch_end()
+    cb.on_batch_end()
+    with pytest.raises(SwarmError, match="round 2 failed: boom"):
+        cb.on_batch_end()
+    assert cb.syncs_done == 1
+
+
 # ------------------------------------------------------------------------------------- a real swarm
 @pytest.mark.slow
 def test_three_overlapping_nodes_take_in_every_merge_and_end_with_one_model(
@@ -211,10 +305,14 @@ def test_a_gpu_model_takes_in_the_merge_its_cpu_twin_does(monkeypatch: pytest.Mo
 def test_an_overlapping_two_process_gloo_site_ends_with_the_swarms_model_on_every_rank(
     sn: RunningSN, tmp_path: Path
 ) -> None:
-    overlap = {"SWARM_OVERLAP_SYNC": "true", "MIN_PEERS": 3, "SYNC_FREQ": 2}
-    cpu = {"CUDA_VISIBLE_DEVICES": ""}  # gloo on CPU even on a GPU host
-    ddp = start_sl(sn, "ov-ddp", tmp_path, sl_args=["--ml-nproc", "2"], SEED=1, **overlap, **cpu)
-    singles = [start_sl(sn, f"ov-{i}", tmp_path, SEED=i, **overlap) for i in (2, 3)]
+    def node(uid: str, seed: int, **more: Any) -> RunningSL:
+        return start_sl(
+            sn, uid, tmp_path, SEED=seed, SWARM_OVERLAP_SYNC="true", MIN_PEERS=3, SYNC_FREQ=2, **more
+        )
+
+    # gloo on CPU even on a GPU host
+    ddp = node("ov-ddp", 1, sl_args=["--ml-nproc", "2"], CUDA_VISIBLE_DEVICES="")
+    singles = [node(f"ov-{i}", i) for i in (2, 3)]
     codes = [ddp.wait(), *(node.wait() for node in singles)]
     assert codes == [0, 0, 0], [n.output()[-3000:] for n in (ddp, *singles)]
     # 16 batches, every 2nd a sync, taken in by each of the 2 ranks (each logs its own)
