@@ -57,6 +57,7 @@ class _Change:
     layout (a bool tensor: the merged value); the views are made once for the buffers it serves."""
 
     def __init__(self, merged: FlatState, sent: FlatState) -> None:
+        # the views below keep both buffers alive, so no other buffer can take their ids meanwhile
         self._ids = (id(merged.buffer), id(sent.buffer))
         self.buffer = np.zeros(merged.total, dtype=np.uint8)
         self.views = [_host_view(self.buffer, s) for s in merged.specs]
