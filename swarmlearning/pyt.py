@@ -90,8 +90,7 @@ class SwarmCallback(SwarmCallbackBase):
     same samples every time.
 
     ``overlapSync=True`` (or ``SWARM_OVERLAP_SYNC=true``) trains on while the swarm merges: each merge is
-    added to the model one sync later (``swarmlearning.client.swarm``; under DDP on every rank); not with
-    adaptive sync.
+    added to the model one sync later (``swarmlearning.client.swarm``; under DDP on every rank).
     """
 
     platform = "PYTORCH"

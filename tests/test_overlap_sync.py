@@ -106,20 +106,6 @@ def test_overlapsync_is_a_flag_and_the_environment_turns_it_on(monkeypatch: pyte
     assert not _standalone(torch.nn.Linear(2, 2), monkeypatch, overlapSync=False).params.overlap_sync
 
 
-def test_adaptive_sync_keeps_its_syncs_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 2), torch.zeros(8)))
-    cb = _standalone(
-        torch.nn.Linear(2, 2),
-        monkeypatch,
-        overlapSync=True,
-        useAdaptiveSync=True,
-        adsValData=loader,
-        lossFunction="MSELoss",
-    )
-    assert cb._overlap_refusal() == "useAdaptiveSync chooses each interval from the merged model"
-    assert _standalone(torch.nn.Linear(2, 2), monkeypatch, overlapSync=True)._overlap_refusal() is None
-
-
 # ------------------------------------------------------------------------------------------ the link
 class _EchoSL:
     """A unix socket that answers each request with its header's ``n`` once told to (``answer``)."""
@@ -254,6 +240,31 @@ def test_a_sync_the_sl_failed_raises_its_error_at_the_next_sync(
     with pytest.raises(SwarmError, match="round 2 failed: boom"):
         cb.on_batch_end()
     assert cb.syncs_done == 1
+
+
+def test_with_adaptive_sync_each_merge_taken_in_is_evaluated_and_sets_the_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SWARM_LOOPBACK", raising=False)
+    monkeypatch.setenv("SWARM_SL_SOCKET", str(tmp_path / "sl.sock"))
+    _PlusOneSL(tmp_path / "sl.sock")
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(2))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x[:, :2]), batch_size=8)
+    args: dict[str, Any] = {"adsValData": loader, "adsValBatches": 1, "lossFunction": "MSELoss"}
+    cb = SwarmCallback(
+        2, 1, model=torch.nn.Linear(3, 2), totalEpochs=1, overlapSync=True, useAdaptiveSync=True, **args
+    )
+    assert cb.adaptive is not None
+    cb.on_train_begin()
+    for sync in range(5):  # 5 syncs sent; from the 2nd on, each first takes in the one before
+        for _ in range(cb.steps_before_sync):
+            cb.on_batch_end()
+        assert cb.syncs_done == sync and cb.val_batches_evaluated == sync  # one batch per merge taken in
+        # the interval the policy chose after the merge just taken in (syncFrequency before any)
+        assert cb.steps_before_sync == (cb.adaptive.interval if sync else 2)
+    assert cb.last_loss is not None
+    cb.on_train_end()
+    assert cb.syncs_done == 5 and cb.val_batches_evaluated == 5
 
 
 # ------------------------------------------------------------------------------------- a real swarm

@@ -196,14 +196,17 @@ def test_bad_validation_settings_are_refused(
 
 # ----------------------------------------------------------------------------------- a real swarm
 @pytest.mark.slow
+@pytest.mark.parametrize("overlap", ["", "true"], ids=["blocking", "overlapped"])
 def test_nodes_under_adaptive_sync_meet_in_rounds_and_end_with_one_model(
-    sn: RunningSN, tmp_path: Path
+    sn: RunningSN, tmp_path: Path, overlap: str
 ) -> None:
     """Two real SLs with useAdaptiveSync: each picks its own interval, rounds close on quorum, both end.
 
-    Validation is bounded: 1 batch per round (the program prints its syncs and batches evaluated).
+    Validation is bounded: 1 batch per round (the program prints its syncs and batches evaluated); with
+    overlapped sync, one per merge taken in.
     """
-    env = {"MIN_PEERS": 2, "ADAPTIVE": 1, "VAL_BATCHES": 1, "SYNC_FREQ": 2, "EPOCHS": 1, "BATCHES": 16}
+    env: dict[str, object] = {"MIN_PEERS": 2, "ADAPTIVE": 1, "VAL_BATCHES": 1, "SYNC_FREQ": 2, "EPOCHS": 1}
+    env |= {"BATCHES": 16, "SWARM_OVERLAP_SYNC": overlap}
     nodes = [start_sl(sn, f"ads-{i}", tmp_path, SEED=i, **env) for i in (1, 2)]
     codes = [node.wait() for node in nodes]
     assert codes == [0, 0], [n.output()[-2000:] for n in nodes]
@@ -214,3 +217,4 @@ def test_nodes_under_adaptive_sync_meet_in_rounds_and_end_with_one_model(
         syncs, evaluated = int(found[1]), int(found[2])
         assert 1 <= syncs <= 8 and evaluated == syncs
         assert "next sync in" in node.output()
+        assert ("taken in while training went on" in node.output()) == bool(overlap)

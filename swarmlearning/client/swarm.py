@@ -14,6 +14,7 @@ sends the weights and training goes on at once; the next sync (or the epoch's en
 takes the merge in as ``model += merged - sent``, keeping what the model learnt meanwhile, and sends
 again. The round's time is hidden behind ``syncFrequency`` batches; each merge reaches the model one
 sync later. The end of training is a blocking round as always: every node ends with the same model.
+With adaptive sync, each merge taken in is followed by the evaluation that picks the next interval.
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ class SwarmCallbackBase(ABC):
         self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0, "validation": 0.0}
         self._flat: FlatState | None = None
         self._received: FlatState | None = None
-        self.overlap = False  # decided at on_train_begin (``_overlap_refusal``)
+        self.overlap = self.params.overlap_sync and not self.loopback
         self._sent: FlatState | None = None  # the weights of the overlapped sync in flight, as sent
         self._in_flight = False  # an overlapped sync's merge is still to be taken in (on every rank)
         self._interval = self.params.sync_frequency  # batches between syncs, as the SL last said
@@ -264,12 +265,6 @@ class SwarmCallbackBase(ABC):
     def _apply_merge(self, merged: FlatState, sent: FlatState) -> None:
         """Add what a merge changed (``merged - sent``) to the model, in place (overlapped sync)."""
         raise SwarmError(f"SwarmCallback: overlapSync is not supported on {self.platform}")
-
-    def _overlap_refusal(self) -> str | None:
-        """Why this job cannot overlap its syncs with training (None: it can)."""
-        if self.params.use_adaptive_sync:
-            return "useAdaptiveSync chooses each interval from the merged model"
-        return None
 
     def _validation(self, max_batches: int | None) -> Validation:
         """Loss and metric on the first ``max_batches`` batches of adsValData (None: all of them).
@@ -406,11 +401,6 @@ class SwarmCallbackBase(ABC):
         """Start from the swarm's model: the latest merged one, or one chosen among the starters."""
         if self.loopback:
             return
-        if self.params.overlap_sync:
-            refusal = self._overlap_refusal()
-            self.overlap = refusal is None
-            if refusal is not None:
-                self.logger.warning("SwarmCallback: overlapSync is off: %s", refusal)
         started = time.perf_counter()
         reply = self._exchange("begin", {"samples": self.params.sample_count or 0})
         self.timings["begin"] += time.perf_counter() - started
@@ -521,9 +511,12 @@ class SwarmCallbackBase(ABC):
         self._add_time("sync", "load", time.perf_counter() - loading)
         self.timings["sync"] += time.perf_counter() - started
         self._synced(reply)
+        if self.adaptive is not None:  # evaluates the model as it is now: the merge and what followed it
+            self._interval = self._next_interval(reply)
         self.logger.info(
-            "Finished Swarm merging round %s (model %s), taken in while training went on",
-            reply.get("round", "?"), reply.get("digest", "?"),
+            "Finished Swarm merging round %s (model %s), taken in while training went on%s%s",
+            reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
+            f"; next sync in {self._interval} batches" if self.adaptive is not None else "",
         )  # fmt: skip
 
     def _loss_text(self) -> str:
