@@ -457,11 +457,7 @@ class SwarmCallbackBase(ABC):
         self.timings["sync"] += time.perf_counter() - started
         self._synced(reply)
         self.steps_before_sync = self._next_interval(reply)
-        self.logger.info(
-            "Finished Swarm merging round %s (model %s)%s%s",
-            reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
-            f"; next sync in {self.steps_before_sync} batches" if self.adaptive is not None else "",
-        )  # fmt: skip
+        self._log_finished(reply, self.steps_before_sync)
 
     def _synced(self, reply: dict[str, Any]) -> None:
         self.syncs_done += 1
@@ -513,10 +509,13 @@ class SwarmCallbackBase(ABC):
         self._synced(reply)
         if self.adaptive is not None:  # evaluates the model as it is now: the merge and what followed it
             self._interval = self._next_interval(reply)
+        self._log_finished(reply, self._interval, ", taken in while training went on")
+
+    def _log_finished(self, reply: dict[str, Any], interval: int, how: str = "") -> None:
         self.logger.info(
-            "Finished Swarm merging round %s (model %s), taken in while training went on%s%s",
-            reply.get("round", "?"), reply.get("digest", "?"), self._loss_text(),
-            f"; next sync in {self._interval} batches" if self.adaptive is not None else "",
+            "Finished Swarm merging round %s (model %s)%s%s%s",
+            reply.get("round", "?"), reply.get("digest", "?"), how, self._loss_text(),
+            f"; next sync in {interval} batches" if self.adaptive is not None else "",
         )  # fmt: skip
 
     def _loss_text(self) -> str:
