@@ -238,7 +238,6 @@ class SwarmCallbackBase(ABC):
         self.timings: dict[str, float] = {"begin": 0.0, "sync": 0.0, "end": 0.0, "validation": 0.0}
         self._flat: FlatState | None = None
         self._received: FlatState | None = None
-        self.overlap = self.params.overlap_sync and not self.loopback
         self._sent: FlatState | None = None  # the weights of the overlapped sync in flight, as sent
         self._in_flight = False  # an overlapped sync's merge is still to be taken in (on every rank)
         self._interval = self.params.sync_frequency  # batches between syncs, as the SL last said
@@ -361,7 +360,6 @@ class SwarmCallbackBase(ABC):
         """
         reply: dict[str, Any] = {}
         incoming: FlatState | None = None
-        self._take_merge()  # before the shared buffer is written: the SL answers the last sync there
         started = time.perf_counter()
         if self._is_sync_rank():
             self._flat = self._collect_weights(self._flat)
@@ -449,7 +447,7 @@ class SwarmCallbackBase(ABC):
             "loss": self.last_loss,
             "metric": self.last_metric,
         }
-        if self.overlap:
+        if self.params.overlap_sync:
             self._sync_overlapped(header)
             return
         started = time.perf_counter()
@@ -555,7 +553,7 @@ class SwarmCallbackBase(ABC):
                 "No user merge done during swarm training. syncFrequency=%d may be high.",
                 self.params.sync_frequency,
             )
-        self._take_merge()
+        self._take_merge()  # before the shared buffer is written: the SL answers the last sync there
         started = time.perf_counter()
         reply = self._exchange(
             "end", {"mode": self.params.checkin_mode, "epochs_done": self.epochs_completed}
