@@ -107,29 +107,38 @@ def test_overlapsync_is_a_flag_and_the_environment_turns_it_on(monkeypatch: pyte
 
 
 # ------------------------------------------------------------------------------------------ the link
-class _EchoSL:
-    """A unix socket that answers each request with its header's ``n`` once told to (``answer``)."""
+class _UnixSL:
+    """A stand-in SL on a unix socket, one connection: each request (header, payload bytes) gets the frame
+    ``_answer`` makes of it."""
 
     def __init__(self, path: Path) -> None:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(path))
         self.server.listen(1)
-        self.go = threading.Semaphore(0)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
         conn, _ = self.server.accept()
         with conn:
-            while True:
-                prefix = conn.recv(HEADER_PREFIX.size, socket.MSG_WAITALL)
-                if not prefix:
-                    return
+            while prefix := conn.recv(HEADER_PREFIX.size, socket.MSG_WAITALL):
                 header = decode_header(conn.recv(header_length(prefix), socket.MSG_WAITALL))
                 size = payload_size(header)
-                payload = conn.recv(size, socket.MSG_WAITALL) if size else b""
-                self.go.acquire()
-                conn.sendall(encode_frame_head({"op": "ok", "n": header.get("n")}, len(payload)) + payload)
+                conn.sendall(self._answer(header, conn.recv(size, socket.MSG_WAITALL) if size else b""))
+
+    def _answer(self, header: dict[str, Any], payload: bytes) -> bytes:
+        raise NotImplementedError
+
+
+class _EchoSL(_UnixSL):
+    """Answers each request with its header's ``n`` and its payload, once told to (``go``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.go = threading.Semaphore(0)
+        super().__init__(path)
+
+    def _answer(self, header: dict[str, Any], payload: bytes) -> bytes:
+        self.go.acquire()
+        return encode_frame_head({"op": "ok", "n": header.get("n")}, len(payload)) + payload
 
 
 def test_a_request_sent_first_is_answered_when_finished(tmp_path: Path) -> None:
@@ -156,33 +165,20 @@ def test_a_request_sent_first_is_answered_when_finished(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------ the callback and a stand-in SL
-class _PlusOneSL:
-    """A stand-in SL on a unix socket: every ``sync`` "merges" by adding 1 to each float tensor sent (or
-    answers with an error, for the syncs numbered in ``failing``); other requests get their weights back."""
+class _PlusOneSL(_UnixSL):
+    """Every ``sync`` "merges" by adding 1 to each float tensor sent (or answers with an error, for the syncs
+    numbered in ``failing``); other requests get their weights back."""
 
     def __init__(self, path: Path, failing: tuple[int, ...] = ()) -> None:
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(str(path))
-        self.server.listen(1)
         self.failing, self.syncs = failing, 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(path)
 
-    def _serve(self) -> None:
-        conn, _ = self.server.accept()
-        with conn:
-            while prefix := conn.recv(HEADER_PREFIX.size, socket.MSG_WAITALL):
-                header = decode_header(conn.recv(header_length(prefix), socket.MSG_WAITALL))
-                size = payload_size(header)
-                payload = (
-                    np.frombuffer(conn.recv(size, socket.MSG_WAITALL), np.uint8).copy() if size else None
-                )
-                conn.sendall(self._answer(header, payload))
-
-    def _answer(self, header: dict[str, Any], payload: np.ndarray | None) -> bytes:
+    def _answer(self, header: dict[str, Any], raw: bytes) -> bytes:
         from swarmlearning.pyt import _host_view
 
-        if payload is None:
+        if not raw:
             return encode_frame_head({"op": "ok", "uid": "stand-in"}, 0)
+        payload = np.frombuffer(raw, np.uint8).copy()
         layout = header["layout"]
         if header["op"] == "sync":
             self.syncs += 1
