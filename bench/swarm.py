@@ -15,9 +15,10 @@ the program's own clock (``seconds`` of its result.json: from ``on_train_begin``
 ``on_train_end``, so every sync, validation and the wait for the last peer are in it). Time inside sync
 rounds and in validation are details in the note. This machine is shared: figures move 2-3x between runs.
 
-Run: ``.venv/bin/python bench/swarm.py [--quick | --per-node N --epochs E]``; ``make bench`` runs the quick
-mode (``run()``). On a GPU the programs train on it (4 on one GPU): ``--per-node 15000 --epochs 10`` is the
-size of the measurement in issue 13 (MNIST in 4 shards, 10 epochs).
+Run: ``.venv/bin/python bench/swarm.py [--quick | --per-node N --epochs E [--sync-frequency F]...
+[--mode blocking|overlapped]...]``; ``make bench`` runs the quick mode (``run()``). On a GPU the programs
+train on it (4 on one GPU): ``--per-node 15000 --epochs 10`` is the size of the measurement in issue 13
+(MNIST in 4 shards, 10 epochs).
 """
 
 from __future__ import annotations
@@ -230,10 +231,13 @@ def overhead_row(
     )
 
 
-def measure(size: Size, sync_frequencies: tuple[int, ...] = SYNC_FREQUENCIES) -> list[dict[str, Any]]:
-    """Every model: alone, the swarm at each sync frequency (blocking, then overlapped), alone again."""
+def measure(
+    size: Size, sync_frequencies: tuple[int, ...] = SYNC_FREQUENCIES, modes: tuple[bool, ...] = (False, True)
+) -> list[dict[str, Any]]:
+    """Every model: alone, the swarm at each sync frequency in each mode (blocking: False, then
+    overlapped: True), alone again."""
     rows = []
-    cases = [(sf, overlap) for overlap in (False, True) for sf in sync_frequencies]
+    cases = [(sf, overlap) for overlap in modes for sf in sync_frequencies]
     with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
         for m, (model, program) in enumerate(PROGRAMS.items()):
             before = run_alone(Path(tmp) / f"{m}-alone", program, size)
@@ -294,17 +298,24 @@ def main() -> None:
         action="append",
         help="only this syncFrequency (repeatable; with --per-node; default: 128 and 8)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=("blocking", "overlapped"),
+        action="append",
+        help="only syncs of this kind (repeatable; with --per-node; default: both)",
+    )
     args = parser.parse_args()
     if (args.per_node is None) != (args.epochs is None):
         parser.error("--per-node and --epochs go together")
     if args.quick and args.per_node is not None:
         parser.error("--quick or --per-node/--epochs, not both")
-    if args.sync_frequency and args.per_node is None:
-        parser.error("--sync-frequency goes with --per-node/--epochs")
+    if (args.sync_frequency or args.mode) and args.per_node is None:
+        parser.error("--sync-frequency and --mode go with --per-node/--epochs")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.per_node is not None:
         frequencies = tuple(args.sync_frequency or SYNC_FREQUENCIES)
-        print_rows("swarm", measure(Size(args.per_node, args.epochs), frequencies))
+        modes = tuple(m == "overlapped" for m in args.mode or ("blocking", "overlapped"))
+        print_rows("swarm", measure(Size(args.per_node, args.epochs), frequencies, modes))
     else:
         print_rows("swarm", run(args.quick) + ([] if args.quick else merge_rows()))
 
