@@ -2,7 +2,8 @@
 
 Weights move device → host once per sync, straight into a reused flat buffer (one ``copy_`` per tensor
 into a torch view of that buffer), and back with in-place ``copy_`` — no per-sync allocations; a model on
-one GPU goes through a flat buffer on that GPU, one host copy each way (``swarmlearning.staging``). Under
+one GPU goes through a flat buffer on that GPU, one host copy each way (``swarmlearning.staging``), and an
+overlapped sync keeps the weights it sent there and adds the merge's change there. Under
 ``torch.distributed`` (torchrun/DDP), rank 0 talks to the SL and broadcasts the merged weights.
 """
 
@@ -195,19 +196,39 @@ class SwarmCallback(SwarmCallbackBase):
             for name, tensor in state.items():
                 tensor.copy_(by_name[name])
 
-    def _apply_merge(self, merged: FlatState, sent: FlatState) -> None:
-        """``model += merged - sent``, tensor by tensor (a bool tensor takes the merged value): what the
-        merge changed is computed on the host, and a model on one GPU gets it in one copy."""
+    def _keep_sent(self, flat: FlatState | None) -> None:
+        """A model on one GPU keeps the weights it sends there (its staging buffer holds them once
+        collected); any other model, on the host."""
         state = self._state()
-        if merged.specs != sent.specs or set(state) != {s.name for s in merged.specs}:
-            raise SwarmError("SwarmCallback: the merged model's layout differs from the weights sent")
+        specs, total = self._layout(state)
+        staging = self._staging_for(state, specs, total)
+        if staging is None:
+            super()._keep_sent(flat)
+            return
+        if flat is None:  # a rank that sends nothing: its weights are the sync rank's
+            staging.gather(state)
+        staging.keep()
+        self._sent = None
+
+    def _apply_merge(self, merged: FlatState) -> None:
+        """``model += merged - sent``, tensor by tensor (a bool tensor takes the merged value): on the GPU
+        for a model on one GPU (the merged weights cross in one copy), else on the host."""
+        state = self._state()
+        differs = SwarmError("SwarmCallback: the merged model's layout differs from the weights sent")
+        if set(state) != {s.name for s in merged.specs}:
+            raise differs
+        sent = self._sent
+        if sent is None:  # kept on the GPU, in the staging buffer (replaced should the layout differ)
+            staging = self._staging_for(state, merged.specs, merged.total)
+            if staging is None or not staging.has_kept:
+                raise differs
+            staging.add_change(torch.from_numpy(merged.buffer), state)
+            return
+        if merged.specs != sent.specs:
+            raise differs
         if self._change is None or not self._change.serves(merged, sent):
             self._change = _Change(merged, sent)
         self._change.compute()
-        staging = self._staging_for(state, merged.specs, merged.total)
-        if staging is not None:
-            staging.add(torch.from_numpy(self._change.buffer), state)
-            return
         with torch.no_grad():
             for spec, change in zip(merged.specs, self._change.views, strict=True):
                 add_in_place(state[spec.name], change)

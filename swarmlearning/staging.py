@@ -5,7 +5,9 @@ sharing one GPU each wait can last a time slice of the others. Copying a model t
 that wait once per tensor: 8 tensors of the mnist-pyt example's CNN took 3.2 ms to load on an H200 shared
 by 4 nodes, the 4 of the reference's MLP 1.2 ms. A ``Staging`` keeps a flat copy of the host layout on
 the model's device: the tensors are copied to or from it on the device (queued, no wait) and the whole
-buffer crosses to or from the host in one copy.
+buffer crosses to or from the host in one copy. For an overlapped sync the staging also keeps, on the
+device, the weights it sent (``keep``), and takes in the merge as ``model += merged - sent`` there
+(``add_change``): one copy to the device, no copy of the sent weights on the host and no subtraction there.
 """
 
 from __future__ import annotations
@@ -47,29 +49,56 @@ class Staging:
         self, device: torch.device, specs: Sequence[TensorSpec], total: int, dtypes: dict[str, torch.dtype]
     ) -> None:
         self.device, self.specs = device, tuple(specs)
+        self._dtypes = dtypes
+        self._specs_by_name = {s.name: s for s in specs}
         self.flat = torch.zeros(total, dtype=torch.uint8, device=device)
-        self.views = {
-            s.name: self.flat[s.offset : s.offset + s.nbytes].view(dtypes[s.dtype]).view(s.shape)
-            for s in specs
-        }
+        self.views = {s.name: self._view(self.flat, s) for s in specs}
+        self._kept: torch.Tensor | None = None
+        self._kept_views: dict[str, torch.Tensor] = {}
+
+    def _view(self, flat: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+        return flat[spec.offset : spec.offset + spec.nbytes].view(self._dtypes[spec.dtype]).view(spec.shape)
 
     def fits(self, device: torch.device, specs: Sequence[TensorSpec]) -> bool:
         """Whether this staging serves tensors on ``device`` laid out as ``specs``."""
         return self.device == device and self.specs == tuple(specs)
 
-    def collect(self, tensors: dict[str, torch.Tensor], host: torch.Tensor) -> None:
-        """Copy ``tensors`` (by name) into the host buffer ``host`` (uint8, the layout's size)."""
+    def gather(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy ``tensors`` (by name) into the flat buffer, on the device."""
         with torch.no_grad():
             for name, tensor in tensors.items():
                 self.views[name].copy_(tensor.detach())
-            host.copy_(self.flat)
 
-    def add(self, host: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
-        """Add the host buffer ``host`` to ``tensors`` (by name), in place; a bool tensor takes its value."""
+    def collect(self, tensors: dict[str, torch.Tensor], host: torch.Tensor) -> None:
+        """Copy ``tensors`` (by name) into the host buffer ``host`` (uint8, the layout's size)."""
+        self.gather(tensors)
+        host.copy_(self.flat)
+
+    def keep(self) -> None:
+        """Keep a copy of the flat buffer on the device (the weights an overlapped sync sends), for
+        ``add_change``."""
+        if self._kept is None:
+            self._kept = torch.empty_like(self.flat)
+            self._kept_views = {name: self._view(self._kept, s) for name, s in self._specs_by_name.items()}
+        self._kept.copy_(self.flat)
+
+    @property
+    def has_kept(self) -> bool:
+        """Whether ``keep`` was called."""
+        return self._kept is not None
+
+    def add_change(self, host: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
+        """Add the host buffer ``host`` minus the kept one to ``tensors`` (by name), in place, on the device;
+        a bool tensor takes ``host``'s value."""
+        if self._kept is None:
+            raise ValueError("Staging.add_change: nothing was kept")
         with torch.no_grad():
             self.flat.copy_(host)
             for name, tensor in tensors.items():
-                add_in_place(tensor, self.views[name])
+                merged = self.views[name]
+                if merged.dtype != torch.bool:
+                    torch.sub(merged, self._kept_views[name], out=merged)
+                add_in_place(tensor, merged)
 
     def load(self, host: torch.Tensor, tensors: dict[str, torch.Tensor]) -> None:
         """Copy the host buffer ``host`` into ``tensors`` (by name), in place."""

@@ -76,7 +76,8 @@ def test_the_merge_is_added_to_what_the_model_learnt_meanwhile(monkeypatch: pyte
         model.state_dict()["norm.num_batches_tracked"].add_(3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     pointers = {k: v.data_ptr() for k, v in model.state_dict().items()}
-    cb._apply_merge(merged, sent)
+    cb._keep_sent(sent)
+    cb._apply_merge(merged)
     after = model.state_dict()
     assert torch.allclose(after["dense.weight"], before["dense.weight"] + 0.5)
     assert torch.equal(after["low"], before["low"] + change["low"])
@@ -85,7 +86,7 @@ def test_the_merge_is_added_to_what_the_model_learnt_meanwhile(monkeypatch: pyte
     for name in ("dense.bias", "norm.running_mean", "norm.running_var", "norm.weight"):
         assert torch.equal(after[name], before[name]), name  # unchanged by the merge: untouched
     assert {k: v.data_ptr() for k, v in after.items()} == pointers  # in place
-    cb._apply_merge(merged, sent)  # the views made for these buffers serve again
+    cb._apply_merge(merged)  # the views made for these buffers serve again
     assert torch.allclose(model.dense.weight, before["dense.weight"] + 1.0)
 
 
@@ -93,8 +94,9 @@ def test_a_merge_of_another_layout_is_refused(monkeypatch: pytest.MonkeyPatch) -
     cb = _standalone(_Mixed(), monkeypatch)
     sent = cb._collect_weights(None)
     other = _standalone(torch.nn.Linear(2, 2), monkeypatch)._collect_weights(None)
+    cb._keep_sent(sent)
     with pytest.raises(SwarmError, match="layout differs"):
-        cb._apply_merge(other, sent)
+        cb._apply_merge(other)
 
 
 def test_overlapsync_is_a_flag_and_the_environment_turns_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -299,13 +301,31 @@ def test_a_gpu_model_takes_in_the_merge_its_cpu_twin_does(monkeypatch: pytest.Mo
     cpu_model, gpu_model = _Mixed(), _Mixed().cuda()
     cpu_cb, gpu_cb = _standalone(cpu_model, monkeypatch), _standalone(gpu_model, monkeypatch)
     sent = gpu_cb._collect_weights(None)
-    assert gpu_cb._staging is not None  # the merge goes through the model's flat buffer on the GPU
+    gpu_cb._keep_sent(sent)
     sent = FlatState(sent.specs, sent.buffer.copy())
-    merged = _shifted(sent, {"dense.weight": torch.full((3, 5), -0.25), "flags": torch.zeros(3) > 0})
+    cpu_cb._keep_sent(sent)
+    assert gpu_cb._sent is None and gpu_cb._staging is not None and gpu_cb._staging.has_kept  # on the GPU
+    assert cpu_cb._sent is not None  # on the host
+    for model in (cpu_model, gpu_model):  # training went on after the weights were sent
+        with torch.no_grad():
+            model.dense.weight.mul_(1.5)
+            model.low.add_(0.125)
+            model.state_dict()["norm.num_batches_tracked"].add_(3)
+    change = {
+        "dense.weight": torch.full((3, 5), -0.25),
+        "low": torch.tensor([0.5, -1.0, 0.0, 2.0], dtype=torch.bfloat16),
+        "norm.num_batches_tracked": torch.tensor(5),
+        "flags": torch.zeros(3) > 0,
+    }
+    merged = _shifted(sent, change)
     for cb in (cpu_cb, gpu_cb):
-        cb._apply_merge(merged, sent)
+        cb._apply_merge(merged)
     for name, tensor in cpu_model.state_dict().items():
         assert torch.equal(gpu_model.state_dict()[name].cpu(), tensor), name
+    assert int(gpu_model.state_dict()["norm.num_batches_tracked"]) == 8
+    other = _standalone(torch.nn.Linear(2, 2), monkeypatch)._collect_weights(None)
+    with pytest.raises(SwarmError, match="layout differs"):
+        gpu_cb._apply_merge(other)
 
 
 @pytest.mark.slow

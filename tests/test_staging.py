@@ -82,6 +82,49 @@ def test_a_staging_loads_every_tensor_in_place() -> None:
         assert target.state_dict()[name].data_ptr() == before[name]
 
 
+def test_a_staging_adds_the_merges_change_from_the_weights_it_kept() -> None:
+    model = _Mixed()
+    staging, sent = _staged(model, torch.device("cpu"))
+    staging.keep()
+    tensors = model.state_dict()
+    with torch.no_grad():  # training went on after the weights were sent
+        model.dense.weight.add_(1.0)
+        tensors["norm.num_batches_tracked"].add_(3)
+    before = {k: v.clone() for k, v in tensors.items()}
+    merged = FlatState(sent.specs, sent.buffer.copy())
+    views = {s.name: torch.from_numpy(merged.buffer[s.offset : s.offset + s.nbytes]) for s in merged.specs}
+    views["dense.weight"].view(torch.float32).add_(0.5)
+    views["low"].view(torch.bfloat16).add_(2.0)
+    views["norm.num_batches_tracked"].view(torch.int64).add_(7)
+    views["flags"].view(torch.bool).logical_not_()
+    staging.add_change(torch.from_numpy(merged.buffer), tensors)
+    assert torch.allclose(tensors["dense.weight"], before["dense.weight"] + 0.5)
+    assert torch.equal(tensors["low"], before["low"] + 2.0)
+    assert int(tensors["norm.num_batches_tracked"]) == int(before["norm.num_batches_tracked"]) + 7
+    assert torch.equal(tensors["flags"], ~before["flags"])  # a bool takes the merged value
+    for name in ("dense.bias", "norm.running_mean", "turned"):
+        assert torch.equal(tensors[name], before[name]), name  # unchanged by the merge
+    fresh, _ = _staged(model, torch.device("cpu"))
+    with pytest.raises(ValueError, match="nothing was kept"):
+        fresh.add_change(torch.from_numpy(merged.buffer), tensors)
+
+
+def test_a_staging_keeps_what_it_gathered_last() -> None:
+    model = _Mixed()
+    staging, sent = _staged(model, torch.device("cpu"))
+    staging.keep()
+    tensors = model.state_dict()
+    with torch.no_grad():
+        tensors["dense.bias"].add_(1.0)
+    staging.gather(tensors)  # the next sync (a rank that sends nothing: on the device only)
+    staging.keep()
+    with torch.no_grad():
+        tensors["dense.bias"].add_(1.0)
+    before = tensors["dense.bias"].clone()
+    staging.add_change(torch.from_numpy(sent.buffer), tensors)  # merged = the first weights
+    assert torch.allclose(tensors["dense.bias"], before - 1.0)  # the change from the second keep
+
+
 def test_only_a_model_on_one_gpu_is_staged() -> None:
     assert device_of([torch.zeros(2), torch.zeros(3)]) is None
     assert device_of([torch.zeros(2), torch.zeros(2, device="meta")]) is None

@@ -261,8 +261,20 @@ class SwarmCallbackBase(ABC):
     def _load_weights(self, flat: FlatState) -> None:
         """Copy weights from ``flat`` into the model, in place."""
 
-    def _apply_merge(self, merged: FlatState, sent: FlatState) -> None:
-        """Add what a merge changed (``merged - sent``) to the model, in place (overlapped sync)."""
+    def _keep_sent(self, flat: FlatState | None) -> None:
+        """Keep the weights an overlapped sync sends, for ``_apply_merge``: ``flat`` as ``_collect_weights``
+        just filled it (the sync rank), or, with None, the model's own (another rank of a distributed job,
+        whose weights are the sync rank's). Here a host copy; a platform may keep them nearer the model."""
+        if flat is None:
+            self._sent = self._collect_weights(self._sent)
+            return
+        if self._sent is None or self._sent.specs != flat.specs:
+            self._sent = FlatState(flat.specs, np.empty_like(flat.buffer))
+        np.copyto(self._sent.buffer, flat.buffer)  # the shared buffer gets the answer
+
+    def _apply_merge(self, merged: FlatState) -> None:
+        """Add what a merge changed (``merged`` minus the weights ``_keep_sent`` kept) to the model, in
+        place (overlapped sync)."""
         raise SwarmError(f"SwarmCallback: overlapSync is not supported on {self.platform}")
 
     def _validation(self, max_batches: int | None) -> Validation:
@@ -472,12 +484,10 @@ class SwarmCallbackBase(ABC):
         started = time.perf_counter()
         if self._is_sync_rank():
             self._flat = self._collect_weights(self._flat)
-            if self._sent is None or self._sent.specs != self._flat.specs:
-                self._sent = FlatState(self._flat.specs, np.empty_like(self._flat.buffer))
-            np.copyto(self._sent.buffer, self._flat.buffer)  # the shared buffer gets the answer
+            self._keep_sent(self._flat)
             self._start("sync", {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
         else:  # the same weights as the sync rank's (DDP keeps the ranks in step)
-            self._sent = self._collect_weights(self._sent)
+            self._keep_sent(None)
         self._in_flight = True
         self._add_time("sync", "collect", time.perf_counter() - started)
         self.timings["sync"] += time.perf_counter() - started
@@ -488,7 +498,6 @@ class SwarmCallbackBase(ABC):
         if not self._in_flight:
             return
         self._in_flight = False
-        assert self._sent is not None  # noqa: S101 - set whenever an overlapped sync is sent
         started = time.perf_counter()
         reply: dict[str, Any] = {}
         incoming: FlatState | None = None
@@ -501,7 +510,7 @@ class SwarmCallbackBase(ABC):
                 raise SwarmError("SwarmCallback: the SL sent no weights back for 'sync'")
         reply, incoming = self._share(reply, incoming)
         loading = time.perf_counter()
-        self._apply_merge(incoming, self._sent)
+        self._apply_merge(incoming)
         self._add_time("sync", "load", time.perf_counter() - loading)
         self.timings["sync"] += time.perf_counter() - started
         self._synced(reply)
