@@ -317,8 +317,9 @@ async def _forge_offline_presence_when_waiting(sn: RunningSN, uid: str, timeout:
         while True:
             view = await ledger.query("contract.rounds", name=DEFAULT_CONTRACT)
             rnd = view.get("open") or {}
-            checked = [c["uid"] for c in rnd.get("checkins") or []]
-            if not rnd.get("init") and checked == [uid]:
+            checkins = rnd.get("checkins") or []
+            # an open round's own "init" is set only when it closes: its check-ins say whether it is one
+            if [c["uid"] for c in checkins] == [uid] and not any(c.get("init") for c in checkins):
                 break
             assert loop.time() < deadline, f"{uid} never waited alone in a round: {view}"
             await asyncio.sleep(0.05)
