@@ -113,6 +113,7 @@ class SwarmCallback(SwarmCallbackBase):
         self._in_views: tuple[int, list[torch.Tensor]] | None = None
         self._change: _Change | None = None
         self._staging: Staging | None = None
+        self._incoming: FlatState | None = None  # the merged weights a rank other than 0 is broadcast
 
     @staticmethod
     def _make_loss(name: Any, args: dict[str, Any]) -> torch.nn.Module | None:
@@ -287,10 +288,13 @@ class SwarmCallback(SwarmCallbackBase):
         head = self._broadcast_bytes(dist, head, device)
         meta = unpackb(head, what="broadcast header")
         total = int(meta["total"])
-        buffer = flat.buffer if flat is not None else np.empty(total, dtype=np.uint8)
-        self._broadcast_buffer(dist, buffer, device)
         specs = layout_from_wire(meta["layout"], total, what="broadcast layout")
-        return dict(meta["reply"]), FlatState(specs, buffer)
+        if flat is None:  # another rank: the merge comes into a buffer kept for the next sync
+            if self._incoming is None or self._incoming.specs != specs:
+                self._incoming = FlatState(specs, np.empty(total, dtype=np.uint8))
+            flat = self._incoming
+        self._broadcast_buffer(dist, flat.buffer, device)
+        return dict(meta["reply"]), FlatState(specs, flat.buffer)
 
     def _agree(self, value: int) -> int:
         dist = self._dist()
