@@ -201,7 +201,7 @@ class SwarmCallback(SwarmCallbackBase):
         """A model on one GPU keeps the weights it sends there (its staging buffer holds them once
         collected); any other model, on the host."""
         state = self._state()
-        specs, total = self._layout(state)
+        specs, total = (flat.specs, flat.total) if flat is not None else self._layout(state)
         staging = self._staging_for(state, specs, total)
         if staging is None:
             super()._keep_sent(flat)

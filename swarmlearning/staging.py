@@ -50,7 +50,6 @@ class Staging:
     ) -> None:
         self.device, self.specs = device, tuple(specs)
         self._dtypes = dtypes
-        self._specs_by_name = {s.name: s for s in specs}
         self.flat = torch.zeros(total, dtype=torch.uint8, device=device)
         self.views = {s.name: self._view(self.flat, s) for s in specs}
         self._kept: torch.Tensor | None = None
@@ -79,7 +78,7 @@ class Staging:
         ``add_change``."""
         if self._kept is None:
             self._kept = torch.empty_like(self.flat)
-            self._kept_views = {name: self._view(self._kept, s) for name, s in self._specs_by_name.items()}
+            self._kept_views = {s.name: self._view(self._kept, s) for s in self.specs}
         self._kept.copy_(self.flat)
 
     @property

@@ -240,7 +240,7 @@ class SwarmCallbackBase(ABC):
         self._received: FlatState | None = None
         self._sent: FlatState | None = None  # the weights of the overlapped sync in flight, as sent
         self._in_flight = False  # an overlapped sync's merge is still to be taken in (on every rank)
-        self._interval = self.params.sync_frequency  # batches between syncs, as the SL last said
+        self._interval = self.params.sync_frequency  # batches before the next overlapped sync
         self._link: SLLink | None = None
         self._validate_platform(kwargs)
         if self.loopback:
@@ -472,7 +472,6 @@ class SwarmCallbackBase(ABC):
     def _synced(self, reply: dict[str, Any]) -> None:
         self.syncs_done += 1
         self.training_over = bool(reply.get("training_over", False))
-        self._interval = int(reply.get("next_sync_interval") or self.params.sync_frequency)
 
     def _sync_overlapped(self, header: dict[str, Any]) -> None:
         """Take in the last sync's merge, then send the weights and return: training goes on while the
@@ -514,8 +513,8 @@ class SwarmCallbackBase(ABC):
         self._add_time("sync", "load", time.perf_counter() - loading)
         self.timings["sync"] += time.perf_counter() - started
         self._synced(reply)
-        if self.adaptive is not None:  # evaluates the model as it is now: the merge and what followed it
-            self._interval = self._next_interval(reply)
+        # the SL's interval, or adaptive sync's choice from the model as it is now (merge and what followed)
+        self._interval = self._next_interval(reply)
         self._log_finished(reply, self._interval, ", taken in while training went on")
 
     def _log_finished(self, reply: dict[str, Any], interval: int, how: str = "") -> None:
