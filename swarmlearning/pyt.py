@@ -17,9 +17,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from swarmlearning.client.swarm import SwarmCallbackBase, SwarmError, Validation
-from swarmlearning.staging import Staging, add_in_place, device_of
+from swarmlearning.staging import PinnedHost, Staging, add_in_place, device_of
 from wire.frames import layout_from_wire, layout_to_wire
 from wire.limits import packb, unpackb
+from wire.shared import SharedBuffer, memory_dir
 from wire.tensors import FlatState, TensorSpec, layout_of
 
 __all__ = ["SwarmCallback", "torch_dtype_label"]
@@ -114,6 +115,7 @@ class SwarmCallback(SwarmCallbackBase):
         self._change: _Change | None = None
         self._staging: Staging | None = None
         self._incoming: FlatState | None = None  # the merged weights a rank other than 0 is broadcast
+        self._pinned: PinnedHost | None = None  # the buffer shared with the SL, page-locked for a GPU model
 
     @staticmethod
     def _make_loss(name: Any, args: dict[str, Any]) -> torch.nn.Module | None:
@@ -179,6 +181,28 @@ class SwarmCallback(SwarmCallbackBase):
         if self._staging is None or not self._staging.fits(device, specs):
             self._staging = Staging(device, specs, total, _TORCH)
         return self._staging
+
+    def _shared_attached(self, shared: SharedBuffer) -> None:
+        """A model on a GPU copies to and from the shared buffer at every sync: page-lock it once, when it
+        lives in memory (``/dev/shm``, where the SL makes it on a host that has one; a file elsewhere may be
+        on disk, and registering such a small file failed on an H100 machine)."""
+        device = device_of(self._state().values())
+        if device is None or self._pinned is not None:
+            return
+        memory = memory_dir()
+        if memory is None or not shared.path.is_relative_to(memory):
+            self.logger.info(
+                "SwarmCallback: the weight buffer stays pageable: %s is not in memory", shared.path
+            )
+            return
+        try:
+            self._pinned = PinnedHost(shared.array, device)
+        except RuntimeError as exc:
+            self.logger.warning("SwarmCallback: the weight buffer stays pageable: %s", exc)
+            return
+        self.logger.info(
+            "SwarmCallback: the weight buffer (%d bytes) is page-locked for the GPU", shared.nbytes
+        )
 
     def _load_weights(self, flat: FlatState) -> None:
         state = self._state()

@@ -8,17 +8,26 @@ the model's device: the tensors are copied to or from it on the device (queued, 
 buffer crosses to or from the host in one copy. For an overlapped sync the staging also keeps, on the
 device, the weights it sent (``keep``), and takes in the merge as ``model += merged - sent`` there
 (``add_change``): one copy to the device, no copy of the sent weights on the host and no subtraction there.
+
+The host end is the buffer the ML program shares with its SL. ``PinnedHost`` registers it with CUDA
+(page-locked), so that each of those copies goes straight between it and the GPU instead of through the
+driver's own pinned bounce buffer in pieces, the way a copy from pageable memory goes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import weakref
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from wire.tensors import TensorSpec
 
-__all__ = ["Staging", "add_in_place", "device_of"]
+__all__ = ["PinnedHost", "Staging", "add_in_place", "device_of"]
 
 
 def device_of(tensors: Iterable[torch.Tensor]) -> torch.device | None:
@@ -36,6 +45,58 @@ def add_in_place(tensor: torch.Tensor, change: torch.Tensor) -> None:
         tensor.copy_(change)
     else:
         tensor.add_(change)
+
+
+def _cudart() -> Any:
+    """The CUDA runtime's functions that torch wraps (``cudaHostRegister``, ``cudaHostUnregister``)."""
+    return torch.cuda.cudart()  # type: ignore[no-untyped-call]
+
+
+def _unregister(address: int, pid: int, array: np.ndarray) -> None:
+    """Undo ``cudaHostRegister`` at ``address`` in the process that made it (a forked child, say a data
+    loader's worker leaving, has no CUDA of its own); ``array`` owns that memory and is passed only to
+    keep it mapped until then."""
+    if os.getpid() == pid:
+        _cudart().cudaHostUnregister(address)  # an error at interpreter exit changes nothing
+
+
+def _consume_last_error(device: torch.device) -> None:
+    """Take the error a refused ``cudaHostRegister`` left as the CUDA runtime's last error.
+
+    torch checks that last error after every kernel launch, so the next launch (in the training step)
+    would fail with it; a launch here reports it instead (torch reads it, which clears it).
+    """
+    with contextlib.suppress(RuntimeError):
+        torch.zeros(1, device=device)
+
+
+class PinnedHost:
+    """A host array registered with CUDA (page-locked) while this object lives.
+
+    The array stays referenced, and so mapped, until the registration is undone (``release``, or when
+    this object goes). Raises RuntimeError when CUDA refuses the registration: the array is then left
+    as it was (copies to and from it still work, through the driver's bounce buffer) and so is CUDA.
+    """
+
+    def __init__(self, array: np.ndarray, device: torch.device) -> None:
+        if not array.flags.c_contiguous or array.nbytes == 0:
+            raise RuntimeError("only a contiguous, non-empty array can be pinned")
+        address = int(array.ctypes.data)
+        error = int(_cudart().cudaHostRegister(address, array.nbytes, 0))
+        if error != 0:
+            _consume_last_error(device)
+            raise RuntimeError(f"cudaHostRegister of {array.nbytes} bytes failed with CUDA error {error}")
+        self.nbytes = int(array.nbytes)
+        self._finalizer = weakref.finalize(self, _unregister, address, os.getpid(), array)
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the registration still holds."""
+        return self._finalizer.alive
+
+    def release(self) -> None:
+        """Undo the registration (once; later calls do nothing)."""
+        self._finalizer()
 
 
 class Staging:

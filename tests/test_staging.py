@@ -1,15 +1,21 @@
 """Weights of a GPU model go to and from the host through one flat buffer on the GPU
-(``swarmlearning/staging.py``): the same bytes as tensor by tensor, the padding zero, every tensor loaded.
+(``swarmlearning/staging.py``): the same bytes as tensor by tensor, the padding zero, every tensor loaded;
+the host buffer shared with the SL page-locked for a GPU model only.
 The GPU cases run where CUDA is; ``Staging`` itself is checked on the CPU too."""
 
 from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from swarmlearning.pyt import SwarmCallback
-from swarmlearning.staging import Staging, device_of
+from swarmlearning.staging import PinnedHost, Staging, device_of
+from wire.shared import SharedBuffer, memory_dir
 from wire.tensors import FlatState
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -149,3 +155,78 @@ def test_a_gpu_model_sends_the_bytes_of_its_cpu_twin_and_loads_them_back() -> No
     again = cb._collect_weights(None)
     assert again.buffer.tobytes() == merged.buffer.tobytes()
     assert not torch.equal(gpu_model.dense.weight.cpu(), cpu_model.dense.weight)
+
+
+def test_only_a_contiguous_non_empty_array_is_page_locked() -> None:
+    with pytest.raises(RuntimeError, match="contiguous"):
+        PinnedHost(np.zeros((4, 4), dtype=np.uint8)[:, 1], torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="non-empty"):
+        PinnedHost(np.zeros(0, dtype=np.uint8), torch.device("cpu"))
+
+
+def test_a_cpu_model_leaves_the_shared_buffer_pageable(tmp_path: Path) -> None:
+    cb = _callback(_Mixed())
+    cb._shared_attached(SharedBuffer.create(tmp_path, "weights", 64))
+    assert cb._pinned is None
+
+
+@pytest.fixture
+def in_memory() -> Iterator[Path]:
+    """A directory in memory (``/dev/shm``), where the SL makes the shared buffer."""
+    memory = memory_dir()
+    if memory is None:
+        pytest.skip("no /dev/shm here")
+    with tempfile.TemporaryDirectory(dir=memory) as directory:
+        yield Path(directory)
+
+
+@CUDA
+def _wide() -> torch.nn.Module:
+    """A model of some 260 KB (many pages), the same every time it is made."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.BatchNorm1d(256))
+
+
+@CUDA
+def test_a_gpu_models_shared_buffer_is_page_locked_and_carries_its_cpu_twins_bytes(in_memory: Path) -> None:
+    reference = _by_tensor(_wide())
+    cb = _callback(_wide().cuda())
+    shared = SharedBuffer.create(in_memory, "weights", reference.total)
+    host = torch.from_numpy(shared.array)
+    assert not host.is_pinned()
+    cb._shared_attached(shared)
+    assert cb._pinned is not None and cb._pinned.pinned and host.is_pinned()
+
+    sent = cb._collect_weights(FlatState(reference.specs, shared.array))
+    assert sent.buffer is shared.array and sent.buffer.tobytes() == reference.buffer.tobytes()
+    merged = reference.buffer.copy()
+    weight = next(spec for spec in reference.specs if spec.name == "0.weight")
+    merged[weight.offset + 3] ^= 0x40
+    np.copyto(shared.array, merged)  # the SL writes the merged model into the shared buffer
+    cb._load_weights(FlatState(reference.specs, shared.array))
+    assert cb._collect_weights(None).buffer.tobytes() == merged.tobytes()
+
+    cb._pinned.release()
+    assert not cb._pinned.pinned and not host.is_pinned()
+    cb._pinned.release()  # once only: a second release does nothing
+
+
+@CUDA
+def test_a_shared_buffer_outside_memory_stays_pageable(tmp_path: Path) -> None:
+    memory = memory_dir()
+    if memory is not None and tmp_path.is_relative_to(memory):
+        pytest.skip("the temporary directory is in /dev/shm")
+    cb = _callback(_Mixed().cuda())
+    cb._shared_attached(SharedBuffer.create(tmp_path, "weights", 4096))
+    assert cb._pinned is None
+
+
+@CUDA
+def test_a_refused_registration_leaves_cuda_working(in_memory: Path) -> None:
+    shared = SharedBuffer.create(in_memory, "weights", 1 << 20)
+    device = torch.device("cuda")
+    first = PinnedHost(shared.array, device)
+    with pytest.raises(RuntimeError, match="cudaHostRegister"):
+        PinnedHost(shared.array, device)  # registered already: CUDA refuses it
+    assert torch.zeros(4, device=device).add(1).sum().item() == 4  # no error left for the next launch
+    first.release()

@@ -33,6 +33,7 @@ from swarmlearning.client.adaptive import AdaptiveSync
 from swarmlearning.client.link import LinkError, SLLink
 from swarmlearning.client.privacy import DP_OPTIONS, SECURE_OPTION, privacy_params, secure_params
 from wire.frames import layout_from_wire, layout_to_wire
+from wire.shared import SharedBuffer
 from wire.tensors import FlatState
 
 __all__ = [
@@ -341,6 +342,11 @@ class SwarmCallbackBase(ABC):
         shared.remove()  # both sides have it mapped: no name needed any more
         np.copyto(shared.array, self._flat.buffer)
         self._flat = FlatState(self._flat.specs, shared.array)
+        self._shared_attached(shared)
+
+    def _shared_attached(self, shared: SharedBuffer) -> None:  # noqa: B027 - a hook; most need nothing
+        """The buffer shared with the SL is attached: the weights go out and come back there from now on
+        (a platform may prepare it for its device)."""
 
     def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
         self._start(op, header, flat)
