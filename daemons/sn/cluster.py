@@ -26,10 +26,10 @@ import nats.js.errors
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
 from contracts.ledger import Ledger
-from contracts.tx import duplicate_block
-from daemons.bus import Bus, BusError, RemoteError, RpcError
+from daemons.bus import Bus, BusError, RpcError
 from daemons.sn.chain import LocalChain
 from daemons.sn.chainlog import ChainLog, ChainLogError, Fenced
+from daemons.sn.forward import forward_write
 from wire import SignerLike
 
 __all__ = ["ClusterRole"]
@@ -253,17 +253,9 @@ class ClusterRole:
         if sealer is None or sealer == self._bus.uid:
             raise RpcError("failover", "no SN seals right now (a failover is under way); try again")
         try:
-            result = dict(await self._bus.request(sealer, "submit", {"tx": raw}, timeout=10))
-        except RemoteError as exc:
-            # A resent envelope the sealer holds already: its sender reads what it wrote next, here.
-            held_in = duplicate_block(exc.message)
-            if held_in is not None:
-                await self._reach(held_in)
-            raise RpcError(exc.code, exc.message) from None
+            return await forward_write(self._bus, sealer, raw, self._reach, timeout=10)
         except BusError as exc:
             raise RpcError("failover", f"the sealing SN {sealer!r} did not answer: {exc}") from None
-        await self._reach(int(result.get("height", 0)))
-        return result
 
     async def _reach(self, height: int) -> None:
         """Wait (at most 10 s) until our copy holds block ``height`` (read your writes)."""

@@ -13,11 +13,11 @@ from typing import Any
 from contracts.block import BlockError, decode_block
 from contracts.blockstore import ChainError
 from contracts.ledger import Ledger
-from contracts.tx import duplicate_block
 from daemons.aio import raise_if_cancelling
-from daemons.bus import Bus, BusError, RemoteError, RpcError
+from daemons.bus import Bus, BusError
 from daemons.ledger_client import find_sn
 from daemons.sn.chain import LocalChain
+from daemons.sn.forward import forward_write
 from wire import CodecError
 
 __all__ = ["Replica"]
@@ -125,15 +125,7 @@ class Replica:
     async def forward(self, raw: bytes) -> dict[str, Any]:
         """Submit a write to the sentinel; return (or refuse a resent one the ledger holds) once our copy
         holds its block (read your writes)."""
-        try:
-            result = dict(await self._bus.request(self.sentinel, "submit", {"tx": raw}, timeout=30))
-        except RemoteError as exc:
-            held_in = duplicate_block(exc.message)
-            if held_in is not None:
-                await self._reach(held_in)
-            raise RpcError(exc.code, exc.message) from None
-        await self._reach(int(result.get("height", 0)))
-        return result
+        return await forward_write(self._bus, self.sentinel, raw, self._reach, timeout=30)
 
     async def _reach(self, height: int) -> None:
         """Wait (at most 10 s) until our copy holds block ``height``."""
