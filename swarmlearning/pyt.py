@@ -185,7 +185,7 @@ class SwarmCallback(SwarmCallbackBase):
     def _shared_attached(self, shared: SharedBuffer) -> None:
         """A model on a GPU copies to and from the shared buffer at every sync: page-lock it once, when it
         lives in memory (``/dev/shm``, where the SL makes it on a host that has one; a file elsewhere may be
-        on disk, and registering such a small file failed on an H100 machine)."""
+        on disk, and registering a buffer in a file on disk failed on an H100 machine)."""
         device = device_of(self._state().values())
         if device is None or self._pinned is not None:
             return
