@@ -1,10 +1,13 @@
 """Weights of a GPU model go to and from the host through one flat buffer on the GPU
 (``swarmlearning/staging.py``): the same bytes as tensor by tensor, the padding zero, every tensor loaded;
 the host buffer shared with the SL page-locked for a GPU model only.
-The GPU cases run where CUDA is; ``Staging`` itself is checked on the CPU too."""
+The GPU cases run where CUDA is; ``Staging`` itself is checked on the CPU too, and so is the bookkeeping of
+``PinnedHost`` against a recording stand-in for CUDA's two calls."""
 
 from __future__ import annotations
 
+import gc
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from swarmlearning import staging as staging_module
 from swarmlearning.pyt import SwarmCallback
 from swarmlearning.staging import PinnedHost, Staging, device_of
 from wire.shared import SharedBuffer, memory_dir
@@ -162,6 +166,65 @@ def test_only_a_contiguous_non_empty_array_is_page_locked() -> None:
         PinnedHost(np.zeros((4, 4), dtype=np.uint8)[:, 1], torch.device("cpu"))
     with pytest.raises(RuntimeError, match="non-empty"):
         PinnedHost(np.zeros(0, dtype=np.uint8), torch.device("cpu"))
+
+
+class _RecordingCudart:
+    """Stands in for the CUDA runtime on a machine without one: records registrations, answers ``error``."""
+
+    def __init__(self, error: int = 0) -> None:
+        self.error = error
+        self.calls: list[tuple[object, ...]] = []
+
+    def cudaHostRegister(self, address: int, nbytes: int, flags: int) -> int:  # noqa: N802 - CUDA's name
+        self.calls.append(("register", address, nbytes, flags))
+        return self.error
+
+    def cudaHostUnregister(self, address: int) -> int:  # noqa: N802 - CUDA's name
+        self.calls.append(("unregister", address))
+        return 0
+
+
+@pytest.fixture
+def cudart(monkeypatch: pytest.MonkeyPatch) -> _RecordingCudart:
+    """CUDA's registrations recorded instead of made: the bookkeeping around them, checked without a GPU."""
+    recording = _RecordingCudart()
+    monkeypatch.setattr(staging_module, "_cudart", lambda: recording)
+    return recording
+
+
+def test_a_pinned_array_is_registered_once_and_unregistered_once(cudart: _RecordingCudart) -> None:
+    array = np.zeros(4096, dtype=np.uint8)
+    pinned = PinnedHost(array, torch.device("cpu"))
+    assert cudart.calls == [("register", array.ctypes.data, 4096, 0)] and pinned.pinned
+    pinned.release()
+    pinned.release()
+    assert cudart.calls[1:] == [("unregister", array.ctypes.data)] and not pinned.pinned
+
+
+def test_a_pinned_array_is_unregistered_when_its_owner_goes(cudart: _RecordingCudart) -> None:
+    array = np.zeros(4096, dtype=np.uint8)
+    pinned = PinnedHost(array, torch.device("cpu"))
+    del pinned
+    gc.collect()
+    assert cudart.calls[-1] == ("unregister", array.ctypes.data)
+
+
+def test_only_the_process_that_registered_unregisters(cudart: _RecordingCudart) -> None:
+    array = np.zeros(16, dtype=np.uint8)
+    staging_module._unregister(int(array.ctypes.data), os.getpid() + 1, array)  # a forked child's exit
+    assert cudart.calls == []
+
+
+def test_a_refused_registration_raises_and_takes_the_error_it_left(
+    cudart: _RecordingCudart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken: list[torch.device] = []
+    monkeypatch.setattr(staging_module, "_consume_last_error", taken.append)
+    cudart.error = 1
+    with pytest.raises(RuntimeError, match="CUDA error 1"):
+        PinnedHost(np.zeros(4096, dtype=np.uint8), torch.device("cpu"))
+    assert taken == [torch.device("cpu")]
+    assert [call[0] for call in cudart.calls] == ["register"]  # nothing to undo
 
 
 def test_a_cpu_model_leaves_the_shared_buffer_pageable(tmp_path: Path) -> None:
