@@ -16,9 +16,9 @@ async def forward_write(
     bus: Bus, sealer: str, raw: bytes, reach: Callable[[int], Awaitable[None]], *, timeout: float
 ) -> dict[str, Any]:
     """Submit the envelope ``raw`` to ``sealer`` and return its answer once ``reach(height)`` returns for
-    the block it went into. The sealer's refusal is raised as RpcError; a resent envelope the ledger holds
-    already is refused so once ``reach`` returns for the block that holds it. Raises BusError when the
-    sealer does not answer."""
+    the block it went into. The sealer's refusal is raised as RpcError; the refusal of a resent envelope
+    the ledger holds already is raised once ``reach`` has returned for the block that holds it. Raises
+    BusError when the sealer does not answer."""
     try:
         result = dict(await bus.request(sealer, "submit", {"tx": raw}, timeout=timeout))
     except RemoteError as exc:
