@@ -345,4 +345,4 @@ class SwarmCallback(SwarmCallbackBase):
             return
         on_device = host.to(device)
         dist.broadcast(on_device, src=0)
-        host.copy_(on_device.cpu())
+        host.copy_(on_device)  # straight into the host buffer: no host tensor in between
