@@ -81,8 +81,11 @@ class PinnedHost:
     def __init__(self, array: np.ndarray, device: torch.device) -> None:
         if not array.flags.c_contiguous or array.nbytes == 0:
             raise RuntimeError("only a contiguous, non-empty array can be pinned")
+        register = getattr(_cudart(), "cudaHostRegister", None)
+        if register is None:  # a build whose runtime names it otherwise (ROCm's may)
+            raise RuntimeError("this torch build's runtime offers no cudaHostRegister")
         address = int(array.ctypes.data)
-        error = int(_cudart().cudaHostRegister(address, array.nbytes, 0))
+        error = int(register(address, array.nbytes, 0))
         if error != 0:
             _consume_last_error(device)
             raise RuntimeError(f"cudaHostRegister of {array.nbytes} bytes failed with CUDA error {error}")

@@ -227,6 +227,12 @@ def test_a_refused_registration_raises_and_takes_the_error_it_left(
     assert [call[0] for call in cudart.calls] == ["register"]  # nothing to undo
 
 
+def test_a_runtime_without_cuda_host_register_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(staging_module, "_cudart", object)  # a runtime without it
+    with pytest.raises(RuntimeError, match="no cudaHostRegister"):
+        PinnedHost(np.zeros(4096, dtype=np.uint8), torch.device("cpu"))
+
+
 def test_a_cpu_model_leaves_the_shared_buffer_pageable(tmp_path: Path) -> None:
     cb = _callback(_Mixed())
     cb._shared_attached(SharedBuffer.create(tmp_path, "weights", 64))
