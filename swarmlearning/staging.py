@@ -56,8 +56,10 @@ def _unregister(address: int, pid: int, array: np.ndarray) -> None:
     """Undo ``cudaHostRegister`` at ``address`` in the process that made it (a forked child, say a data
     loader's worker leaving, has no CUDA of its own); ``array`` owns that memory and is passed only to
     keep it mapped until then."""
-    if os.getpid() == pid:
-        _cudart().cudaHostUnregister(address)  # an error at interpreter exit changes nothing
+    if os.getpid() != pid:
+        return
+    with contextlib.suppress(Exception):  # at interpreter exit torch may be half gone: nothing to save then
+        _cudart().cudaHostUnregister(address)  # an error code changes nothing either
 
 
 def _consume_last_error(device: torch.device) -> None:
