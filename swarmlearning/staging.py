@@ -91,7 +91,6 @@ class PinnedHost:
         if error != 0:
             _consume_last_error(device)
             raise RuntimeError(f"cudaHostRegister of {array.nbytes} bytes failed with CUDA error {error}")
-        self.nbytes = int(array.nbytes)
         self._finalizer = weakref.finalize(self, _unregister, address, os.getpid(), array)
 
     @property
