@@ -174,8 +174,12 @@ class _Peers:
             return self.matrix[:, start:stop]
         if self.scratch is None or stop - start > self.scratch.shape[1]:
             return np.stack([row[start:stop] for row in self.rows])
-        # the caller is done with the previous block: its memory is used again, not allocated
-        return np.stack([row[start:stop] for row in self.rows], out=self.scratch[:, : stop - start])
+        # the caller is done with the previous block: its memory is used again, not allocated.
+        # Row by row: np.stack's own Python (views, shape checks) cost more than the copies here.
+        block = self.scratch[:, : stop - start]
+        for target, row in zip(block, self.rows, strict=True):
+            target[...] = row[start:stop]
+        return block
 
     def with_own_scratch(self) -> _Peers:
         """The same rows with scratch of their own, for another thread."""
