@@ -50,29 +50,42 @@ __all__ = ["SwarmRun", "measure", "round_latency", "round_mean", "run", "step_me
 STANDIN = ROOT / "bench" / "standin_ml.py"
 PEERS = 4
 CASES = ((1.6, 60), (45.0, 20))  # (model MB, rounds)
+_KIND_ORDER = ("SLs", "ML programs", "SN", "mosquitto", "other")
 _LOG_TAIL = 8192  # bytes of an SL's log read to find its last round
 TIMEOUT_S = 240.0
 
 
 class _RoundCpu:
     """The CPU of every process of the run between two rounds of the first node, sampled from ``/proc``
-    while they run (the SL logs each round's steps when it ends)."""
+    while they run (the SL logs each round's steps when it ends), in all and by kind of process."""
 
     def __init__(self, procs: Processes, name: str, last: int) -> None:
-        self._log, self._last = procs.log_path(name), last
-        self._pids: list[int] = []  # every process of the run, once all have started (by round 2)
-        self.first: tuple[int, float] | None = None
-        self.latest: tuple[int, float] | None = None
+        self._procs, self._log, self._last = procs, procs.log_path(name), last
+        self._kinds: dict[int, str] = {}  # every process of the run, once all have started (by round 2)
+        self.first: tuple[int, dict[str, float]] | None = None
+        self.latest: tuple[int, dict[str, float]] | None = None
 
     def sample(self) -> None:
         """Note the round the node has ended and the CPU so far, between round 2 and round R-1."""
         done = self._rounds_done()
         if not 2 <= done < self._last or (self.latest is not None and self.latest[0] == done):
             return
-        self._pids = self._pids or descendants(os.getpid())
-        self.latest = (done, sum(cpu_seconds(pid) for pid in self._pids))
+        self._kinds = self._kinds or self._kinds_now()
+        used: dict[str, float] = {}
+        for pid, kind in self._kinds.items():
+            used[kind] = used.get(kind, 0.0) + cpu_seconds(pid)
+        self.latest = (done, used)
         if self.first is None:
             self.first = self.latest
+
+    def _kinds_now(self) -> dict[int, str]:
+        """Every process of the run by kind: the SN, its broker, the SLs, their ML programs."""
+        kinds: dict[int, str] = {}
+        for name, proc in self._procs.started.items():
+            kinds[proc.pid] = "SN" if name == "sn" else "SLs"
+            kinds.update(dict.fromkeys(descendants(proc.pid), "mosquitto" if name == "sn" else "ML programs"))
+        kinds.update({pid: "other" for pid in descendants(os.getpid()) if pid not in kinds})
+        return kinds
 
     def _rounds_done(self) -> int:
         """The last round in the node's log (its tail: reading it all would cost the cores measured)."""
@@ -81,11 +94,14 @@ class _RoundCpu:
             tail = log.read().decode(errors="replace")
         return max((s[0] for s in map(parse_steps, tail.splitlines()) if s), default=0)
 
-    def per_round(self) -> float | None:
-        """CPU seconds per round between the first and the latest sample; None without two."""
+    def per_round(self) -> dict[str, float] | None:
+        """CPU seconds per round between the first and the latest sample, by kind of process; None
+        without two samples."""
         if self.first is None or self.latest is None or self.latest[0] == self.first[0]:
             return None
-        return (self.latest[1] - self.first[1]) / (self.latest[0] - self.first[0])
+        rounds = self.latest[0] - self.first[0]
+        before = self.first[1]
+        return {kind: (used - before.get(kind, 0.0)) / rounds for kind, used in self.latest[1].items()}
 
 
 def _wait_all(procs: Processes, names: list[str], timeout: float, cpu: _RoundCpu | None = None) -> None:
@@ -112,9 +128,14 @@ class SwarmRun:
     cpu_sn: float
     cpu_broker: float
     cpu_total: float
-    cpu_per_round: float | None  # every process, in the middle of the run (``_RoundCpu``)
+    cpu_by_kind: dict[str, float] | None  # per round, in the middle of the run (``_RoundCpu``)
     steps: dict[str, float]
     blocks: int  # blocks the SN sealed with a round.* or contract.progress transaction
+
+    @property
+    def cpu_per_round(self) -> float | None:
+        """CPU seconds per round, every process of the run together."""
+        return None if self.cpu_by_kind is None else sum(self.cpu_by_kind.values())
 
     def blocks_note(self, rounds: int) -> str:
         """Durable writes of the ledger per sync round."""
@@ -224,18 +245,20 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
         "mean_s": round_mean(swarm.nodes),
         "floor_s": floor,
         "rounds": rounds,
-        "cpu": f"{_per_round_note(swarm.cpu_per_round)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
+        "cpu": f"{_per_round_note(swarm.cpu_by_kind)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
         "steps": steps_note(swarm.steps),
     }
 
 
-def _per_round_note(cpu_s: float | None) -> str:
-    if cpu_s is None:
+def _per_round_note(by_kind: dict[str, float] | None) -> str:
+    if by_kind is None:
         return "CPU per round not sampled (the run was too short)"
+    cpu_s = sum(by_kind.values())
     cores = os.cpu_count() or 1
+    kinds = ", ".join(f"{kind} {by_kind[kind] * 1000:.1f}" for kind in _KIND_ORDER if kind in by_kind)
     return (
-        f"CPU per round {cpu_s * 1000:.0f} ms, all processes together (on {cores} cores the mean round "
-        f"takes at least {cpu_s * 1000 / cores:.0f} ms)"
+        f"CPU per round {cpu_s * 1000:.0f} ms, all processes together ({kinds}; on {cores} cores the mean "
+        f"round takes at least {cpu_s * 1000 / cores:.0f} ms)"
     )
 
 
