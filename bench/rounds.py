@@ -137,6 +137,21 @@ class SwarmRun:
         """CPU seconds per round, every process of the run together."""
         return None if self.cpu_by_kind is None else sum(self.cpu_by_kind.values())
 
+    def per_round_note(self) -> str:
+        """The CPU one round took, all processes together and by kind; on C cores the mean round cannot
+        take less wall time than that CPU / C."""
+        if self.cpu_by_kind is None:
+            return "CPU per round not sampled (the run was too short)"
+        cpu_ms = sum(self.cpu_by_kind.values()) * 1000
+        cores = os.cpu_count() or 1
+        kinds = ", ".join(
+            f"{kind} {self.cpu_by_kind[kind] * 1000:.1f}" for kind in _KIND_ORDER if kind in self.cpu_by_kind
+        )
+        return (
+            f"CPU per round {cpu_ms:.0f} ms, all processes together ({kinds}; on {cores} cores the mean "
+            f"round takes at least {cpu_ms / cores:.0f} ms)"
+        )
+
     def blocks_note(self, rounds: int) -> str:
         """Durable writes of the ledger per sync round."""
         return f"SN blocks per round {self.blocks / rounds:.1f}"
@@ -245,21 +260,9 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
         "mean_s": round_mean(swarm.nodes),
         "floor_s": floor,
         "rounds": rounds,
-        "cpu": f"{_per_round_note(swarm.cpu_by_kind)}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
+        "cpu": f"{swarm.per_round_note()}; {swarm.cpu_note()}; {swarm.blocks_note(rounds + 1)}",
         "steps": steps_note(swarm.steps),
     }
-
-
-def _per_round_note(by_kind: dict[str, float] | None) -> str:
-    if by_kind is None:
-        return "CPU per round not sampled (the run was too short)"
-    cpu_s = sum(by_kind.values())
-    cores = os.cpu_count() or 1
-    kinds = ", ".join(f"{kind} {by_kind[kind] * 1000:.1f}" for kind in _KIND_ORDER if kind in by_kind)
-    return (
-        f"CPU per round {cpu_s * 1000:.0f} ms, all processes together ({kinds}; on {cores} cores the mean "
-        f"round takes at least {cpu_s * 1000 / cores:.0f} ms)"
-    )
 
 
 def run() -> list[dict[str, Any]]:
