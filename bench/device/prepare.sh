@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build .gpu/, the folder a lent GPU machine needs beside the working tree (the `device` tool's `carry`):
+# that machine has Python with CUDA torch but none of this project's other packages and no mosquitto, and
+# reaches no network. So: wheels of our dependencies for its Python (--python, default 3.12) and this
+# project's own wheel in .gpu/whl, and mosquitto with its libraries (Debian 12 packages) in .gpu/mq.
+# Run here, at the project's root, after `make .venv/.installed-stamp`; then carry .gpu to the device and
+# run bench/device/run.sh there. .gpu is ignored by git through .git/info/exclude (added when missing).
+set -euo pipefail
+python_version=3.12
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) python_version="$2"; shift 2 ;;
+    *) echo "usage: bench/device/prepare.sh [--python 3.12]" >&2; exit 2 ;;
+  esac
+done
+cd "$(dirname "$0")/../.."
+venv=.venv/bin
+[ -x "$venv/pip" ] || { echo "no $venv/pip: run make .venv/.installed-stamp first" >&2; exit 1; }
+mkdir -p .git/info .gpu/whl .gpu/mq/lib
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+
+echo "wheels for Python $python_version -> .gpu/whl"
+"$venv/pip" download -q --no-deps --only-binary=:all: --python-version "$python_version" --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 -d .gpu/whl \
+  aiomqtt==2.5.1 paho-mqtt==2.2.0 prompt_toolkit==3.0.53 wcwidth==0.9.4 cryptography==50.0.2 cffi==2.1.1 \
+  pycparser==3.12 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+  blake3==1.0.11 nats-py==2.16.0 psutil==7.2.2 starlette==1.10.0 uvicorn==0.54.0 pytest-asyncio==1.5.0 \
+  pytest-timeout==2.4.0
+rm -f .gpu/whl/open_swarm_learning-*.whl
+"$venv/pip" wheel -q --no-deps --no-build-isolation -w .gpu/whl .
+
+echo "mosquitto -> .gpu/mq"
+debs=$(mktemp -d)
+(cd "$debs" && apt-get download -q mosquitto libcjson1 libmosquitto1 libdlt2 libwrap0 >/dev/null)
+for deb in "$debs"/*.deb; do dpkg -x "$deb" .gpu/mq; done
+rm -rf "$debs"
+# every shared library mosquitto needs that is not in glibc itself, beside it
+ldd .gpu/mq/usr/sbin/mosquitto | awk '/=> \// {print $3}' | while read -r lib; do
+  case "$(basename "$lib")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
+    *) cp -L "$lib" .gpu/mq/lib/ ;;
+  esac
+done
+cp -L .gpu/mq/usr/lib/x86_64-linux-gnu/*.so* .gpu/mq/lib/ 2>/dev/null || true
+du -sh .gpu/whl .gpu/mq

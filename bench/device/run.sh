@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On a lent GPU machine, at the working tree's root, with .gpu/ carried (bench/device/prepare.sh): install
+# the carried wheels, put mosquitto on PATH, and run issue 13's GPU checks, each with a time limit, the
+# outputs under $OUT (the device tool brings that folder back). Steps (default: all):
+#   tests   the GPU tests (page-locked buffer, staging, overlapped sync)
+#   rounds  bench/rounds.py: the sync round, 1.6 MB and 45 MB
+#   swarm   bench/swarm.py at the issue's size (4 x 15,000 samples, 10 epochs), blocking, syncFrequency 8
+# Example: the device tool's command `bash bench/device/run.sh tests rounds`.
+set -u
+OUT=${OUT:-/tmp/device-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps .gpu/whl/*.whl 2>&1 | tail -2
+export PATH=$PWD/.gpu/mq/usr/sbin:$PATH LD_LIBRARY_PATH=$PWD/.gpu/mq/lib PYTHONUNBUFFERED=1
+steps=${*:-tests rounds swarm}
+{ nproc; nvidia-smi --query-gpu=name --format=csv,noheader; python3 -c "import torch; print(torch.__version__)"; } \
+  | tee "$OUT/machine.txt"
+for step in $steps; do
+  echo "=== $step"
+  case "$step" in
+    tests)  # the project's pytest options need plugins the machine may lack: none of them here
+      timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+        tests/test_staging.py tests/test_overlap_sync.py 2>&1 | tee "$OUT/tests.txt" | tail -4 ;;
+    rounds)
+      timeout 120 python3 bench/rounds.py 2>&1 | tee "$OUT/rounds.txt" | grep -E "^sync round" | cut -c1-600 ;;
+    swarm)
+      timeout 400 python3 bench/swarm.py --per-node 15000 --epochs 10 --sync-frequency 8 --mode blocking \
+        2>&1 | tee "$OUT/swarm.txt" | grep -E "^overhead" | cut -c1-900 ;;
+    *) echo "no step $step (tests, rounds, swarm)" >&2 ;;
+  esac
+done
