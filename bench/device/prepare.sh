@@ -19,14 +19,17 @@ venv=.venv/bin
 mkdir -p .git/info .gpu/whl .gpu/mq/lib
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 
-echo "wheels for Python $python_version -> .gpu/whl"
+# what the GPU machine lacks, at the versions this project's .venv runs (so they never drift apart)
+missing="aiomqtt paho-mqtt prompt_toolkit wcwidth cryptography cffi pycparser pydantic pydantic_core
+  annotated-types typing-inspection blake3 nats-py psutil starlette uvicorn pytest-asyncio pytest-timeout"
+pinned=$("$venv/python" -c 'import sys
+from importlib.metadata import version
+print(" ".join(f"{name}=={version(name)}" for name in sys.argv[1:]))' $missing)
+echo "wheels for Python $python_version -> .gpu/whl: $pinned"
+# shellcheck disable=SC2086 # one argument per requirement
 "$venv/pip" download -q --no-deps --only-binary=:all: --python-version "$python_version" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 -d .gpu/whl \
-  aiomqtt==2.5.1 paho-mqtt==2.2.0 prompt_toolkit==3.0.53 wcwidth==0.9.4 cryptography==50.0.2 cffi==2.1.1 \
-  pycparser==3.12 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-  blake3==1.0.11 nats-py==2.16.0 psutil==7.2.2 starlette==1.10.0 uvicorn==0.54.0 pytest-asyncio==1.5.0 \
-  pytest-timeout==2.4.0
+  --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 -d .gpu/whl $pinned
 rm -f .gpu/whl/open_swarm_learning-*.whl
 "$venv/pip" wheel -q --no-deps --no-build-isolation -w .gpu/whl .
 
