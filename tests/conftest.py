@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.faults import fill_disk
 from daemons.broker import BrokerSettings, ManagedBroker
 from daemons.broker.mosquitto import find_mosquitto
 from daemons.bus import Bus, BusConfig
@@ -173,3 +174,38 @@ def sn(tmp_path: Path) -> Iterator[RunningSN]:
     node = start_sn(tmp_path / "sn")
     yield node
     node.stop()
+
+
+class SmallDisk:
+    """A tmpfs of 8 MiB that can be filled, emptied and made read-only (``small_disk``)."""
+
+    def __init__(self, where: Path) -> None:
+        self.path = where
+        self.filler = where / "filler"
+
+    def fill(self) -> None:
+        fill_disk(self.filler)
+
+    def empty(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def read_only(self) -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield SmallDisk(where)
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

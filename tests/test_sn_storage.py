@@ -9,54 +9,17 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.faults import fill_disk
 from contracts.block import make_block
 from contracts.blockstore import BlockStore, StorageError
 from contracts.ledger import Ledger
 from daemons.bus import Bus, BusConfig, RemoteError
 from daemons.ledger_client import LedgerClient
-from tests.conftest import start_sn
+from tests.conftest import SmallDisk, start_sn
 from tests.swarm_helpers import RunningSL, start_sl, wait_for
-
-
-class SmallDisk:
-    """A tmpfs of a few MiB that can be filled, emptied and made read-only."""
-
-    def __init__(self, where: Path) -> None:
-        self.path = where
-        self.filler = where / "filler"
-
-    def fill(self) -> None:
-        fill_disk(self.filler)
-
-    def empty(self) -> None:
-        self.filler.unlink(missing_ok=True)
-
-    def read_only(self) -> None:
-        subprocess.run(["mount", "-o", "remount,ro", str(self.path)], check=True)
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        yield SmallDisk(where)
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _swarm_sn(data_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -1,10 +1,11 @@
-"""A weight buffer that the ML program and its SL share (a file mapped by both), so that weights cross
-the local socket without being copied through it: the ML program flattens its model straight into the
-buffer, the SL takes its copy from there and writes the merged model back into it.
+"""Weight buffers that the ML program and its SL share (files mapped by both), so that weights cross
+the local socket without being copied through it or between buffers: the ML program flattens its model
+straight into a buffer its SL lent it, and the SL answers with the merged model in the buffer where the
+merge or the transfer from the leader put it (``daemons.sl.local_server`` says who may write where when).
 
-The SL creates the file, private to its user (0600, in its own 0700 directory, in memory where
-``/dev/shm`` exists), and removes it when the ML program goes; the frames on the socket only say
-``"shm": true`` instead of carrying the bytes.
+The SL creates the files, private to its user (0600, in its own 0700 directory, in memory where
+``/dev/shm`` exists), and removes them when the ML program goes; the frames on the socket only name the
+buffer (``"shm": <path>``) instead of carrying the bytes.
 """
 
 from __future__ import annotations
@@ -39,10 +40,14 @@ class SharedBuffer:
         fd = os.open(path, flags, 0o600)
         try:
             if create:
-                os.ftruncate(fd, nbytes)
+                _reserve(fd, nbytes)
             elif os.fstat(fd).st_size != nbytes:
                 raise CodecError(f"shared buffer {path} holds {os.fstat(fd).st_size} bytes, not {nbytes}")
             self._map = mmap.mmap(fd, nbytes)
+        except BaseException:
+            if create:  # a file nobody can use
+                path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         self.array: np.ndarray = np.frombuffer(self._map, dtype=np.uint8)
@@ -60,3 +65,12 @@ class SharedBuffer:
     def remove(self) -> None:
         """Delete the file (the mappings stay valid until they are dropped)."""
         self.path.unlink(missing_ok=True)
+
+
+def _reserve(fd: int, nbytes: int) -> None:
+    """Size a new file and take its memory now: a full ``/dev/shm`` (64 MiB in a default container) then
+    fails here with ENOSPC, where a sparse file would kill the first process to touch a missing page with
+    SIGBUS."""
+    os.ftruncate(fd, nbytes)
+    if hasattr(os, "posix_fallocate"):  # Linux; elsewhere the sparse file has to do
+        os.posix_fallocate(fd, 0, nbytes)
