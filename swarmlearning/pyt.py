@@ -9,6 +9,7 @@ overlapped sync keeps the weights it sent there and adds the merge's change ther
 
 from __future__ import annotations
 
+import logging
 from itertools import islice
 from typing import Any
 
@@ -54,29 +55,47 @@ def _host_view(buffer: np.ndarray, spec: TensorSpec) -> torch.Tensor:
     return raw.view(_TORCH[spec.dtype]).view(spec.shape)
 
 
+class _HostViews:
+    """Tensor views of the last few flat buffers, made once per buffer and layout: the weights go out
+    and come back in buffers shared with the SL, which take turns."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self._keep = keep
+        self._made: dict[int, tuple[np.ndarray, tuple[TensorSpec, ...], list[torch.Tensor]]] = {}
+
+    def of(self, buffer: np.ndarray, specs: tuple[TensorSpec, ...]) -> list[torch.Tensor]:
+        """A view per spec of ``buffer``."""
+        made = self._made.get(id(buffer))  # the views keep the buffer alive: no other takes its id
+        if made is None or made[0] is not buffer or made[1] != specs:
+            if len(self._made) >= self._keep:
+                del self._made[next(iter(self._made))]  # the oldest
+            made = (buffer, specs, [_host_view(buffer, s) for s in specs])
+            self._made[id(buffer)] = made
+        return made[2]
+
+
 class _Change:
     """``merged - sent`` of two flat buffers of one layout, tensor by tensor, into a buffer of that
-    layout (a bool tensor: the merged value); the views are made once for the buffers it serves."""
+    layout (a bool tensor: the merged value); made once for the sent buffer and its layout."""
 
-    def __init__(self, merged: FlatState, sent: FlatState) -> None:
-        # the views below keep both buffers alive, so no other buffer can take their ids meanwhile
-        self._ids = (id(merged.buffer), id(sent.buffer))
-        self.buffer = np.zeros(merged.total, dtype=np.uint8)
-        self.views = [_host_view(self.buffer, s) for s in merged.specs]
-        self._pairs = [(_host_view(merged.buffer, s), _host_view(sent.buffer, s)) for s in merged.specs]
+    def __init__(self, sent: FlatState) -> None:
+        self.sent = sent  # held, so that no other buffer takes its id meanwhile
+        self.buffer = np.zeros(sent.total, dtype=np.uint8)
+        self.views = [_host_view(self.buffer, s) for s in sent.specs]
+        self._sent = [_host_view(sent.buffer, s) for s in sent.specs]
 
-    def serves(self, merged: FlatState, sent: FlatState) -> bool:
-        """Whether it was made for these two buffers."""
-        return self._ids == (id(merged.buffer), id(sent.buffer))
+    def serves(self, sent: FlatState) -> bool:
+        """Whether it was made for this sent buffer and layout."""
+        return sent.buffer is self.sent.buffer and sent.specs == self.sent.specs
 
-    def compute(self) -> None:
-        """Fill the buffer with the merged buffer's change from the sent one."""
+    def compute(self, merged: list[torch.Tensor]) -> None:
+        """Fill the buffer with the change of ``merged`` (views in the sent layout) from the sent one."""
         with torch.no_grad():
-            for out, (merged, sent) in zip(self.views, self._pairs, strict=True):
+            for out, new, old in zip(self.views, merged, self._sent, strict=True):
                 if out.dtype == torch.bool:
-                    out.copy_(merged)
+                    out.copy_(new)
                 else:
-                    torch.sub(merged, sent, out=out)
+                    torch.sub(new, old, out=out)
 
 
 class SwarmCallback(SwarmCallbackBase):
@@ -110,12 +129,13 @@ class SwarmCallback(SwarmCallbackBase):
         self.metric = self._make_metric(kwargs.get("metricFunction"), kwargs.get("metricFunctionArgs") or {})
         if self.params.use_adaptive_sync and self.loss_fn is None and self.metric is None:
             raise SwarmError("SwarmCallback: useAdaptiveSync needs lossFunction or metricFunction")
-        self._views: tuple[np.ndarray, list[torch.Tensor]] | None = None
-        self._in_views: tuple[int, list[torch.Tensor]] | None = None
+        self._views = _HostViews()  # of the buffers the weights are collected into
+        self._in_views = _HostViews()  # of the buffers merged weights come in
         self._change: _Change | None = None
         self._staging: Staging | None = None
         self._incoming: FlatState | None = None  # the merged weights a rank other than 0 is broadcast
-        self._pinned: PinnedHost | None = None  # the buffer shared with the SL, page-locked for a GPU model
+        self._pinned: list[PinnedHost] = []  # the buffers shared with the SL, page-locked for a GPU model
+        self._pageable = False  # one of them could not be page-locked: the others are not tried
 
     @staticmethod
     def _make_loss(name: Any, args: dict[str, Any]) -> torch.nn.Module | None:
@@ -160,10 +180,8 @@ class SwarmCallback(SwarmCallbackBase):
         if staging is not None:
             staging.collect(state, torch.from_numpy(reuse.buffer))
             return reuse
-        if self._views is None or self._views[0] is not reuse.buffer:  # views of the buffer we fill
-            self._views = (reuse.buffer, [_host_view(reuse.buffer, s) for s in specs])
         with torch.no_grad():
-            for host, tensor in zip(self._views[1], state.values(), strict=True):
+            for host, tensor in zip(self._views.of(reuse.buffer, specs), state.values(), strict=True):
                 host.copy_(tensor.detach())
         return reuse
 
@@ -183,25 +201,30 @@ class SwarmCallback(SwarmCallbackBase):
         return self._staging
 
     def _shared_attached(self, shared: SharedBuffer) -> None:
-        """A model on a GPU copies to and from the shared buffer at every sync: page-lock it once, when it
-        lives in memory (``/dev/shm``, where the SL makes it on a host that has one; a file elsewhere may be
-        on disk, and registering a buffer in a file on disk failed on an H100 machine)."""
+        """A model on a GPU copies to and from the shared buffers at every sync: page-lock each once, when
+        it lives in memory (``/dev/shm``, where the SL makes them on a host that has one; a file elsewhere
+        may be on disk, and registering a buffer in a file on disk failed on an H100 machine). After one
+        stays pageable, the others are left pageable too (said once)."""
         device = device_of(self._state().values())
-        if device is None or self._pinned is not None:
+        if device is None or self._pageable:
             return
         memory = memory_dir()
         if memory is None or not shared.path.is_relative_to(memory):
+            self._pageable = True
             self.logger.info(
-                "SwarmCallback: the weight buffer stays pageable: %s is not in memory", shared.path
+                "SwarmCallback: the weight buffers stay pageable: %s is not in memory", shared.path
             )
             return
         try:
-            self._pinned = PinnedHost(shared.array, device)
+            self._pinned.append(PinnedHost(shared.array, device))
         except RuntimeError as exc:
-            self.logger.warning("SwarmCallback: the weight buffer stays pageable: %s", exc)
+            self._pageable = True
+            self.logger.warning("SwarmCallback: the weight buffers stay pageable: %s", exc)
             return
-        self.logger.info(
-            "SwarmCallback: the weight buffer (%d bytes) is page-locked for the GPU", shared.nbytes
+        self.logger.log(
+            logging.INFO if len(self._pinned) == 1 else logging.DEBUG,
+            "SwarmCallback: a weight buffer shared with the SL (%d bytes) is page-locked for the GPU",
+            shared.nbytes,
         )
 
     def _load_weights(self, flat: FlatState) -> None:
@@ -214,9 +237,9 @@ class SwarmCallback(SwarmCallbackBase):
         if staging is not None:
             staging.load(torch.from_numpy(flat.buffer), state)
             return
-        if self._in_views is None or self._in_views[0] != id(flat.buffer):
-            self._in_views = (id(flat.buffer), [_host_view(flat.buffer, s) for s in flat.specs])
-        by_name = dict(zip((s.name for s in flat.specs), self._in_views[1], strict=True))
+        by_name = dict(
+            zip((s.name for s in flat.specs), self._in_views.of(flat.buffer, flat.specs), strict=True)
+        )
         with torch.no_grad():
             for name, tensor in state.items():
                 tensor.copy_(by_name[name])
@@ -251,9 +274,9 @@ class SwarmCallback(SwarmCallbackBase):
             return
         if merged.specs != sent.specs:
             raise differs
-        if self._change is None or not self._change.serves(merged, sent):
-            self._change = _Change(merged, sent)
-        self._change.compute()
+        if self._change is None or not self._change.serves(sent):
+            self._change = _Change(sent)
+        self._change.compute(self._in_views.of(merged.buffer, merged.specs))
         with torch.no_grad():
             for spec, change in zip(merged.specs, self._change.views, strict=True):
                 add_in_place(state[spec.name], change)

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.local_server import LocalServer
-from swarmlearning.client.link import SLLink
+from swarmlearning.client.link import LinkError, SLLink
 from wire.frames import layout_to_wire
 from wire.tensors import FlatState
 
@@ -61,7 +62,7 @@ def test_weights_go_through_the_socket_without_a_shared_buffer(tmp_path: Path) -
         return hello, reply, data, link.last
 
     (hello, reply, data, times), session, _ = _with_server(tmp_path, client)
-    assert "shm_path" not in hello  # none asked for
+    assert "shm_next" not in hello  # none asked for
     sent = session.received[1]
     assert sent is not None and np.array_equal(sent, mine)
     assert data is not None and np.array_equal(data, MERGED.buffer)
@@ -70,24 +71,100 @@ def test_weights_go_through_the_socket_without_a_shared_buffer(tmp_path: Path) -
     assert min(times.send, times.wait, times.receive) >= 0
 
 
-def test_weights_go_through_the_shared_buffer_both_ways(tmp_path: Path) -> None:
+def test_weights_go_through_shared_buffers_both_ways(tmp_path: Path) -> None:
     def client(link: SLLink) -> Any:
+        link.share(MERGED.total)
         hello, _ = link.call("hello", {"shm_bytes": MERGED.total})
-        shared = link.attach_shared(hello["shm_path"], MERGED.total)
-        shared.remove()
         seen = []
         for value in (3, 5):
-            shared.array[:] = value  # the model, flattened straight into the buffer
-            reply, data = link.call("sync", {}, shared.array)
-            seen.append((reply.get("shm"), data is shared.array, np.array_equal(shared.array, MERGED.buffer)))
-        return hello["shm_path"], seen
+            lent = link.lent
+            assert lent is not None
+            lent.array[:] = value  # the model, flattened straight into the buffer
+            reply, data = link.call("sync", {}, lent.array)
+            assert data is not None
+            seen.append((link.is_shared(data), np.array_equal(data, MERGED.buffer), "shm_next" in reply))
+        return hello, seen, [p.name for p in tmp_path.iterdir()]
 
-    (path, seen), session, _ = _with_server(tmp_path, client)
-    assert seen == [(True, True, True), (True, True, True)]  # the merged model came back in the buffer
+    (hello, seen, during), session, _ = _with_server(tmp_path, client)
+    assert "shm_next" in hello and "shm" not in hello
+    assert seen == [(True, True, True), (True, True, True)]  # the merged model came back in a shared buffer
     assert [r[0] for r in session.received[1:] if r is not None] == [3, 5]  # the SL got each sync's
     assert all(r is not None and r.nbytes == MERGED.total for r in session.received[1:])
-    assert not Path(path).exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["sl.sock"]  # the buffer is gone
+    assert during == ["sl.sock"]  # the ML program removed each name once it had the buffer mapped
+    assert [p.name for p in tmp_path.iterdir()] == ["sl.sock"]  # and the buffers are gone
+
+
+class HoldingSession:
+    """Like the SL's round engine: keeps every sync's weights (the rows it serves) and answers with a
+    merge in a buffer of its own pool."""
+
+    def __init__(self) -> None:
+        self.held: list[np.ndarray] = []
+        self.answers: list[np.ndarray] = []
+        self.row_files: list[str] = []  # the shared files of both, as the SL's pool names them
+        self.answer_files: list[str] = []
+
+    async def handle(self, header: dict[str, Any], payload: np.ndarray | None) -> Any:
+        if header["op"] == "hello":
+            return {"op": "ok"}, None
+        assert payload is not None
+        self.held.append(payload)
+        merged = MODEL_BUFFERS.take(MERGED.total)
+        merged[:] = payload[0] + 100
+        self.answers.append(merged)
+        self.row_files.append(str(MODEL_BUFFERS.file_of(payload)))
+        self.answer_files.append(str(MODEL_BUFFERS.file_of(merged)))
+        return {"op": "ok", "layout": layout_to_wire(MERGED.specs)}, FlatState(MERGED.specs, merged)
+
+
+def test_weights_already_in_a_shared_buffer_are_named_and_the_lent_buffer_is_never_one_the_sl_holds(
+    tmp_path: Path,
+) -> None:
+    session = HoldingSession()
+
+    def client(link: SLLink) -> Any:
+        link.share(MERGED.total)
+        link.call("hello", {"shm_bytes": MERGED.total})
+        got = []
+        for value in range(1, 6):
+            lent = link.lent
+            assert lent is not None
+            lent.array[:] = value
+            reply, data = link.call("sync", {}, lent.array)
+            assert data is not None
+            got.append((int(data[0]), reply["shm"], str(lent.path)))
+        return got
+
+    async def main() -> Any:
+        async with LocalServer(tmp_path / "sl.sock", session.handle):
+            link = SLLink(str(tmp_path / "sl.sock"), connect_timeout=5)
+            try:
+                return await asyncio.to_thread(client, link)
+            finally:
+                link.close()
+
+    got = asyncio.run(main())
+    assert [value for value, _, _ in got] == [101, 102, 103, 104, 105]
+    assert [int(row[0]) for row in session.held] == [1, 2, 3, 4, 5]  # no row was written over
+    assert len({a.ctypes.data for a in session.held + session.answers}) == 10  # ten distinct buffers
+    answered, lent = [name for _, name, _ in got], [name for _, _, name in got]
+    assert answered == session.answer_files  # each answer came in the buffer merged into: no copy
+    assert lent == session.row_files  # each lent buffer is the row the SL then held
+    assert len(set(answered + lent)) == 10  # so none was lent while the SL held it
+
+
+def test_a_request_naming_a_buffer_that_was_not_lent_drops_the_connection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def client(link: SLLink) -> Any:
+        link.share(MERGED.total)
+        link.call("hello", {"shm_bytes": MERGED.total})
+        with pytest.raises(LinkError, match="lost the SL"):
+            link.call("sync", {"shm": "/etc/passwd"})
+        return True
+
+    assert _with_server(tmp_path, client)[0] is True
+    assert "which is not the one lent" in caplog.text
 
 
 def test_a_hello_asking_for_an_impossible_buffer_gets_none(tmp_path: Path) -> None:
@@ -95,14 +172,14 @@ def test_a_hello_asking_for_an_impossible_buffer_gets_none(tmp_path: Path) -> No
         return link.call("hello", {"shm_bytes": -1})[0], link.call("hello", {"shm_bytes": True})[0]
 
     (first, second), _, _ = _with_server(tmp_path, client)
-    assert "shm_path" not in first and "shm_path" not in second
+    assert "shm_next" not in first and "shm_next" not in second
 
 
 def test_a_buffer_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
     def client(link: SLLink) -> Any:
-        hello, _ = link.call("hello", {"shm_bytes": MERGED.total})
-        with pytest.raises(ValueError, match="holds"):
-            link.attach_shared(hello["shm_path"], MERGED.total + 64)
-        return True
+        link.share(MERGED.total + 64)  # the ML program thinks its model bigger than the SL's buffers
+        link.call("hello", {"shm_bytes": MERGED.total})
+        return link.lent, link.refused
 
-    assert _with_server(tmp_path, client)[0] is True
+    lent, refused = _with_server(tmp_path, client)[0]
+    assert lent is None and refused is not None and "holds" in refused  # weights go through the socket

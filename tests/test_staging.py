@@ -236,7 +236,7 @@ def test_a_runtime_without_cuda_host_register_is_refused(monkeypatch: pytest.Mon
 def test_a_cpu_model_leaves_the_shared_buffer_pageable(tmp_path: Path) -> None:
     cb = _callback(_Mixed())
     cb._shared_attached(SharedBuffer.create(tmp_path, "weights", 64))
-    assert cb._pinned is None
+    assert cb._pinned == [] and not cb._pageable
 
 
 @pytest.fixture
@@ -264,7 +264,7 @@ def test_a_gpu_models_shared_buffer_is_page_locked_and_carries_its_cpu_twins_byt
     host = torch.from_numpy(shared.array)
     assert not host.is_pinned()
     cb._shared_attached(shared)
-    assert cb._pinned is not None and cb._pinned.pinned and host.is_pinned()
+    assert len(cb._pinned) == 1 and cb._pinned[0].pinned and host.is_pinned()
 
     sent = cb._collect_weights(FlatState(reference.specs, shared.array))
     assert sent.buffer is shared.array and sent.buffer.tobytes() == reference.buffer.tobytes()
@@ -275,9 +275,9 @@ def test_a_gpu_models_shared_buffer_is_page_locked_and_carries_its_cpu_twins_byt
     cb._load_weights(FlatState(reference.specs, shared.array))
     assert cb._collect_weights(None).buffer.tobytes() == merged.tobytes()
 
-    cb._pinned.release()
-    assert not cb._pinned.pinned and not host.is_pinned()
-    cb._pinned.release()  # once only: a second release does nothing
+    cb._pinned[0].release()
+    assert not cb._pinned[0].pinned and not host.is_pinned()
+    cb._pinned[0].release()  # once only: a second release does nothing
 
 
 @CUDA
@@ -287,7 +287,9 @@ def test_a_shared_buffer_outside_memory_stays_pageable(tmp_path: Path) -> None:
         pytest.skip("the temporary directory is in /dev/shm")
     cb = _callback(_Mixed().cuda())
     cb._shared_attached(SharedBuffer.create(tmp_path, "weights", 4096))
-    assert cb._pinned is None
+    assert cb._pinned == [] and cb._pageable
+    cb._shared_attached(SharedBuffer.create(tmp_path, "weights-2", 4096))  # not tried again
+    assert cb._pinned == []
 
 
 @CUDA

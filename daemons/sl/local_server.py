@@ -1,7 +1,9 @@
 """The SL's end of the local socket: frames in, the session's answers out, one request at a time.
 
-A ``hello`` with ``shm_bytes`` gets a shared weight buffer (``wire.shared``, beside the socket): requests
-marked ``"shm": true`` then carry their weights in it, and their answers' weights come back in it.
+A ``hello`` with ``shm_bytes`` makes the weights go through shared buffers (``wire.shared``, beside the
+socket) instead of the socket: every answer lends the ML program a buffer for its next weights
+(``"shm_next": <path>``), a request naming it (``"shm": <path>``) carries its weights there, and an answer's
+weights come back in the buffer named by its ``"shm"``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ import numpy as np
 from daemons.sl.buffers import MODEL_BUFFERS
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
-from wire.shared import SharedBuffer
-from wire.tensors import FlatState
+from wire.tensors import MAX_STATE_BYTES, FlatState
 
 __all__ = ["LocalServer"]
 
@@ -39,7 +40,6 @@ class LocalServer:
         self._handler = handler
         self._server: asyncio.Server | None = None
         self.connections = 0
-        self._shared = 0  # shared buffers made so far (their names)
         self._tasks: set[asyncio.Task[Any]] = set()  # the connections' handlers
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -65,7 +65,7 @@ class LocalServer:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        shared: SharedBuffer | None = None
+        shared: _SharedWeights | None = None
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -80,26 +80,24 @@ class LocalServer:
                 header = decode_header(await reader.readexactly(header_length(prefix)))
                 size = payload_size(header)
                 payload = np.frombuffer(await reader.readexactly(size), np.uint8) if size else None
-                via_shared = header.get("shm") is True and shared is not None
-                if via_shared and shared is not None:
-                    payload = await _copy(shared.array)  # ours: the ML program overwrites the buffer
-                elif header.get("op") == "hello" and shared is None:
+                if shared is not None:
+                    shared.request_arrived()
+                    if "shm" in header:
+                        payload = shared.returned(header["shm"])
+                elif header.get("op") == "hello":
                     shared = self._share(header.get("shm_bytes"))
                 read = time.perf_counter()
                 reply, flat = await self._handler(header, payload)
                 timing = {"read": read - started, "handle": time.perf_counter() - read}
                 reply = {**reply, "sl_s": timing}
-                if header.get("op") == "hello" and shared is not None and reply.get("op") == "ok":
-                    reply["shm_path"] = str(shared.path)
-                if via_shared and shared is not None and flat is not None and flat.total == shared.nbytes:
-                    await _copy(flat.buffer, into=shared.array)
-                    reply["shm"], flat = True, None
+                if shared is not None:
+                    reply, flat = await shared.reply(reply, flat)
                 await self._send(writer, reply, flat)
         except (CodecError, asyncio.IncompleteReadError, ConnectionError) as exc:
             log.error("dropped the ML program's connection: %s", exc)
         finally:
             if shared is not None:
-                shared.remove()
+                shared.close()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -107,17 +105,17 @@ class LocalServer:
             if task is not None:
                 self._tasks.discard(task)
 
-    def _share(self, nbytes: Any) -> SharedBuffer | None:
-        """The weight buffer a ``hello`` asks for (``shm_bytes``) beside the socket; None when it asks
-        for none or it cannot be made (the weights then go through the socket)."""
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes <= 0:
+    def _share(self, nbytes: Any) -> _SharedWeights | None:
+        """Weight buffers of the size a ``hello`` asks for (``shm_bytes``) beside the socket; None when it
+        asks for none or none can be made (the weights then go through the socket)."""
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or not 0 < nbytes <= MAX_STATE_BYTES:
             return None
-        self._shared += 1
-        try:
-            return SharedBuffer.create(self.path.parent, f"weights-{self._shared}", nbytes)
-        except (OSError, CodecError) as exc:
-            log.warning("weights go through the socket: no shared buffer of %d bytes: %s", nbytes, exc)
+        shared = _SharedWeights(self.path.parent, nbytes)
+        if shared.lend() is None:
+            shared.close()
+            log.warning("weights go through the socket: no shared buffer of %d bytes could be made", nbytes)
             return None
+        return shared
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, reply: dict[str, Any], flat: FlatState | None) -> None:
@@ -126,6 +124,76 @@ class LocalServer:
         if flat is not None:
             writer.write(flat.buffer.data.cast("B"))
         await writer.drain()
+
+
+class _SharedWeights:
+    """The weight buffers one connection shares with its ML program (``MODEL_BUFFERS`` makes them).
+
+    The SL lends the program one buffer at a time to flatten its next weights into; a request naming it
+    hands it back, and its array is then the request's weights, which the SL holds as long as the round
+    needs them. An answer names the buffer its weights are in (copied into one only when they are not in
+    a shared buffer already: the merge's output, the merged model from the leader and the node's own row
+    are); the SL holds it until the program's next request, which the program sends only once it has read
+    the answer. The pool never hands out a buffer somebody holds, so the program never writes where the
+    SL reads, and never reads what the SL writes.
+    """
+
+    def __init__(self, directory: Path, nbytes: int) -> None:
+        self.nbytes = nbytes
+        MODEL_BUFFERS.share(nbytes, directory)
+        self._lent: tuple[str, np.ndarray] | None = None
+        self._answered: np.ndarray | None = None
+
+    def lend(self) -> str | None:
+        """The buffer for the program's next weights (the one lent already, while unused); None when
+        none is shared (the weights then come through the socket)."""
+        if self._lent is None:
+            buffer = MODEL_BUFFERS.take(self.nbytes)
+            path = MODEL_BUFFERS.file_of(buffer)
+            if path is None:
+                return None
+            self._lent = (str(path), buffer)
+        return self._lent[0]
+
+    def request_arrived(self) -> None:
+        """The program sent a request: it has read the last answer, whose buffer may go."""
+        self._answered = None
+
+    def returned(self, name: Any) -> np.ndarray:
+        """The weights of a request whose ``shm`` names the lent buffer (CodecError for any other)."""
+        if self._lent is None or name != self._lent[0]:
+            raise CodecError(f"weights said to be in shared buffer {name!r}, which is not the one lent")
+        buffer, self._lent = self._lent[1], None
+        return buffer
+
+    async def reply(
+        self, reply: dict[str, Any], flat: FlatState | None
+    ) -> tuple[dict[str, Any], FlatState | None]:
+        """``reply`` with its weights in a shared buffer instead of after it, and the next buffer lent."""
+        if flat is not None and flat.total == self.nbytes:
+            name = await self.answer(flat)
+            if name is not None:
+                reply, flat = {**reply, "shm": name}, None
+        lent = self.lend() if reply.get("op") != "error" else None
+        return ({**reply, "shm_next": lent} if lent is not None else reply), flat
+
+    async def answer(self, flat: FlatState) -> str | None:
+        """The name of a shared buffer holding ``flat``'s weights (copied into one when they are
+        elsewhere); None when there is none."""
+        buffer, path = flat.buffer, MODEL_BUFFERS.file_of(flat.buffer)
+        if path is None:
+            buffer = MODEL_BUFFERS.take(self.nbytes)
+            path = MODEL_BUFFERS.file_of(buffer)
+            if path is None:
+                return None
+            await _copy(flat.buffer, into=buffer)
+        self._answered = buffer
+        return str(path)
+
+    def close(self) -> None:
+        """The program went: remove the files (the mappings go with the last array using them)."""
+        self._lent = self._answered = None
+        MODEL_BUFFERS.unshare(self.nbytes)
 
 
 async def _copy(source: np.ndarray, *, into: np.ndarray | None = None) -> np.ndarray:

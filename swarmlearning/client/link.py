@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,19 +36,53 @@ class CallTimes:
 
 
 class SLLink:
-    """Request/response over a unix socket: ``(header, payload) -> (header, payload)``."""
+    """Request/response over a unix socket: ``(header, payload) -> (header, payload)``.
 
-    def __init__(self, path: str, *, connect_timeout: float = 60.0) -> None:
+    Weights may go through buffers shared with the SL instead (``daemons.sl.local_server``): ``share``
+    says their size; then every answer lends a buffer for the next weights (``lent``: flatten them there
+    and send its array as the payload) and may carry its own weights in another. ``on_attach`` sees every
+    buffer once, when it is first mapped.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        connect_timeout: float = 60.0,
+        on_attach: Callable[[SharedBuffer], None] | None = None,
+    ) -> None:
         self.path = path
         self._sock = self._connect(path, connect_timeout)
         self.last = CallTimes()  # the times of the latest call
-        self.shared: SharedBuffer | None = None  # the weight buffer shared with the SL, once attached
-        self._in_flight: tuple[str, bool, float] | None = None  # op, via the shared buffer, send time
+        self.shared: dict[str, SharedBuffer] = {}  # the weight buffers shared with the SL, by path
+        self.lent: SharedBuffer | None = None  # where the next weights go, when the SL lent a buffer
+        self.refused: str | None = None  # why the last buffer the SL lent could not be mapped
+        self._shared_bytes = 0  # their size; 0: weights go through the socket
+        self._on_attach = on_attach
+        self._in_flight: tuple[str, float] | None = None  # op, send time
 
-    def attach_shared(self, path: str, nbytes: int) -> SharedBuffer:
-        """Map the weight buffer the SL made for us (``wire.shared``); OSError/CodecError when it cannot."""
-        self.shared = SharedBuffer.attach(path, nbytes)
-        return self.shared
+    def share(self, nbytes: int) -> None:
+        """Take the weights of ``nbytes`` through shared buffers when the SL offers them (ask it in
+        ``hello`` with ``shm_bytes``)."""
+        self._shared_bytes = nbytes
+
+    def is_shared(self, array: np.ndarray) -> bool:
+        """Whether ``array`` is one of the buffers shared with the SL (ours to write only while lent)."""
+        return any(array is shared.array for shared in self.shared.values())
+
+    def _attach(self, path: Any) -> SharedBuffer:
+        """The shared buffer at ``path``, mapped once (its name removed: both sides have it then);
+        OSError/CodecError when it cannot be."""
+        if not isinstance(path, str) or not self._shared_bytes:
+            raise CodecError(f"the SL named a shared buffer {path!r} that was not asked for")
+        shared = self.shared.get(path)
+        if shared is None:
+            shared = SharedBuffer.attach(path, self._shared_bytes)
+            shared.remove()
+            self.shared[path] = shared
+            if self._on_attach is not None:
+                self._on_attach(shared)
+        return shared
 
     @staticmethod
     def _connect(path: str, timeout: float) -> socket.socket:
@@ -78,8 +113,9 @@ class SLLink:
         """Send one request and wait (as long as it takes: a sync blocks until the round ends).
 
         ``into``: a uint8 buffer to receive the answer's payload in, when its size matches. A payload
-        that is the shared buffer's array is not sent: the SL reads it there; an answer marked ``shm``
-        comes back there (the shared array is then the answer's payload).
+        that is the lent buffer's array is not sent: the SL reads it there; an answer marked ``shm``
+        names the shared buffer its weights are in (its array is then the answer's payload, to be read
+        before the next request: the SL may use that buffer again after it).
         """
         self.start(op, header, payload)
         return self.finish(into=into)
@@ -88,17 +124,19 @@ class SLLink:
         """Send a request without waiting for its answer (``finish`` reads it); one at a time."""
         if self._in_flight is not None:
             raise LinkError(f"{op!r} sent while the answer to {self._in_flight[0]!r} is still awaited")
-        shared = self.shared is not None and payload is self.shared.array
-        body = payload.data.cast("B") if payload is not None and not shared else memoryview(b"")
+        lent = self.lent if self.lent is not None and payload is self.lent.array else None
+        body = payload.data.cast("B") if payload is not None and lent is None else memoryview(b"")
         started = time.perf_counter()
         try:
-            head = {"op": op, **(header or {}), **({"shm": True} if shared else {})}
+            head = {"op": op, **(header or {}), **({"shm": str(lent.path)} if lent is not None else {})}
             self._sock.sendall(encode_frame_head(head, len(body)))
             if len(body):
                 self._sock.sendall(body)
         except OSError as exc:
             raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None
-        self._in_flight = (op, shared, time.perf_counter() - started)
+        if lent is not None:
+            self.lent = None  # the SL's until it lends it again
+        self._in_flight = (op, time.perf_counter() - started)
 
     @property
     def awaiting(self) -> str | None:
@@ -109,7 +147,7 @@ class SLLink:
         """Wait for and read the answer to the request ``start`` sent (``into`` as in ``call``)."""
         if self._in_flight is None:
             raise LinkError("no request awaits an answer")
-        op, shared, send = self._in_flight
+        op, send = self._in_flight
         self._in_flight = None
         waiting = time.perf_counter()
         try:
@@ -117,14 +155,25 @@ class SLLink:
             answered = time.perf_counter()
             reply = decode_header(self._recv_exactly(header_length(prefix)))
             data = self._recv_payload(payload_size(reply), into)
-            if reply.get("shm") is True and shared and self.shared is not None:
-                data = self.shared.array
+            if "shm" in reply:
+                data = self._attach(reply["shm"]).array
+            self._take_lent(reply.get("shm_next"))
             self.last = CallTimes(send, answered - waiting, time.perf_counter() - answered)
         except (OSError, CodecError) as exc:
             raise LinkError(f"lost the SL at {self.path} during {op!r}: {exc}") from None
         if reply.get("op") == "error":
             raise LinkError(str(reply.get("message", "the SL reported an error")))
         return reply, data
+
+    def _take_lent(self, path: Any) -> None:
+        """The buffer an answer lends for the next weights; one that cannot be mapped is noted in
+        ``refused`` (the weights then go through the socket)."""
+        if path is None:
+            return
+        try:
+            self.lent = self._attach(path)
+        except (OSError, CodecError) as exc:
+            self.lent, self.refused = None, str(exc)
 
     def _recv_exactly(self, n: int) -> bytes:
         buf = bytearray(n)

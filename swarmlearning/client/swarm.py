@@ -313,40 +313,38 @@ class SwarmCallbackBase(ABC):
                 "SwarmCallback: no SL to talk to (SWARM_SL_SOCKET is not set). Run this program under "
                 "`swarm sl` or a SWOP task, or set SWARM_LOOPBACK=true to train alone."
             )
-        self._link = SLLink(path)
+        self._link = SLLink(path, on_attach=self._shared_attached)
         self._flat = self._collect_weights(None)
+        self._link.share(self._flat.total)
         header = {
             "params": self.params.wire(),
             "platform": self.platform,
             "pid": os.getpid(),
             "layout": layout_to_wire(self._flat.specs),
-            "shm_bytes": self._flat.total,  # weights through a shared buffer, not the socket
+            "shm_bytes": self._flat.total,  # weights through shared buffers, not the socket
         }
         reply = self._call("hello", header)
-        self._share_buffer(reply.get("shm_path"))
+        if self._link.refused is not None:
+            self.logger.warning("SwarmCallback: weights go through the socket (%s)", self._link.refused)
         p = self.params
         self.logger.info(
             "Swarm session opened: node %s, contract %s, sync every %d batches, minPeers %d",
             reply.get("uid"), p.training_contract, p.sync_frequency, p.min_peers,
         )  # fmt: skip
 
-    def _share_buffer(self, path: Any) -> None:
-        """Flatten the model straight into the buffer the SL shares with us, when it made one."""
-        if not isinstance(path, str) or self._link is None or self._flat is None:
-            return
-        try:
-            shared = self._link.attach_shared(path, self._flat.total)
-        except (OSError, ValueError) as exc:  # CodecError is a ValueError
-            self.logger.warning("SwarmCallback: weights go through the socket (%s)", exc)
-            return
-        shared.remove()  # both sides have it mapped: no name needed any more
-        np.copyto(shared.array, self._flat.buffer)
-        self._flat = FlatState(self._flat.specs, shared.array)
-        self._shared_attached(shared)
+    def _outgoing(self) -> FlatState | None:
+        """Where to flatten the weights to send: the buffer the SL lent us (the model goes straight in),
+        else our own buffer (None: a new one), never a shared buffer the SL has back."""
+        flat, link = self._flat, self._link
+        if flat is None or link is None:
+            return flat
+        if link.lent is not None and link.lent.nbytes == flat.total:
+            return FlatState(flat.specs, link.lent.array)
+        return None if link.is_shared(flat.buffer) else flat
 
     def _shared_attached(self, shared: SharedBuffer) -> None:  # noqa: B027 - a hook; most need nothing
-        """The buffer shared with the SL is attached: the weights go out and come back there from now on
-        (a platform may prepare it for its device)."""
+        """A buffer shared with the SL is mapped: weights go out and come back in such buffers (a
+        platform may prepare each for its device)."""
 
     def _call(self, op: str, header: dict[str, Any], flat: FlatState | None = None) -> dict[str, Any]:
         self._start(op, header, flat)
@@ -361,7 +359,8 @@ class SwarmCallbackBase(ABC):
 
     def _finish(self) -> dict[str, Any]:
         assert self._link is not None  # noqa: S101 - only called with a session
-        spare = self._received.buffer if self._received is not None else None
+        received = self._received.buffer if self._received is not None else None
+        spare = received if received is not None and not self._link.is_shared(received) else None
         try:
             reply, payload = self._link.finish(into=spare)
         except LinkError as exc:
@@ -380,7 +379,7 @@ class SwarmCallbackBase(ABC):
         incoming: FlatState | None = None
         started = time.perf_counter()
         if self._is_sync_rank():
-            self._flat = self._collect_weights(self._flat)
+            self._flat = self._collect_weights(self._outgoing())
             self._add_time(op, "collect", time.perf_counter() - started)
             self._received = None
             reply = self._call(op, {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
@@ -488,7 +487,7 @@ class SwarmCallbackBase(ABC):
             return
         started = time.perf_counter()
         if self._is_sync_rank():
-            self._flat = self._collect_weights(self._flat)
+            self._flat = self._collect_weights(self._outgoing())
             self._keep_sent(self._flat)
             self._start("sync", {**header, "layout": layout_to_wire(self._flat.specs)}, self._flat)
         else:  # the same weights as the sync rank's (DDP keeps the ranks in step)
