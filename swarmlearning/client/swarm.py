@@ -271,7 +271,7 @@ class SwarmCallbackBase(ABC):
             return
         if self._sent is None or self._sent.specs != flat.specs:
             self._sent = FlatState(flat.specs, np.empty_like(flat.buffer))
-        np.copyto(self._sent.buffer, flat.buffer)  # the shared buffer gets the answer
+        np.copyto(self._sent.buffer, flat.buffer)  # a shared buffer sent is the SL's, to use again
 
     def _apply_merge(self, merged: FlatState) -> None:
         """Add what a merge changed (``merged`` minus the weights ``_keep_sent`` kept) to the model, in
@@ -566,7 +566,7 @@ class SwarmCallbackBase(ABC):
                 "No user merge done during swarm training. syncFrequency=%d may be high.",
                 self.params.sync_frequency,
             )
-        self._take_merge()  # before the shared buffer is written: the SL answers the last sync there
+        self._take_merge()  # the last sync's answer is read before the next request (the SL reuses it)
         started = time.perf_counter()
         reply = self._exchange(
             "end", {"mode": self.params.checkin_mode, "epochs_done": self.epochs_completed}
