@@ -17,6 +17,7 @@ import pytest
 from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.local_server import LocalServer
 from swarmlearning.client.link import LinkError, SLLink
+from tests.conftest import SmallDisk
 from wire.frames import layout_to_wire
 from wire.tensors import FlatState
 
@@ -183,3 +184,47 @@ def test_a_buffer_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
 
     lent, refused = _with_server(tmp_path, client)[0]
     assert lent is None and refused is not None and "holds" in refused  # weights go through the socket
+
+
+def test_when_memory_runs_out_the_weights_go_through_the_socket_and_still_arrive(
+    small_disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An 8 MiB /dev/shm and a 5 MiB model: the first buffer fits, no second one does."""
+    big = FlatState.from_arrays({"w": np.arange(5 * (1 << 20) // 4, dtype=np.float32)})
+
+    async def handle(header: dict[str, Any], payload: np.ndarray | None) -> Any:
+        if header["op"] == "hello":
+            return {"op": "ok"}, None
+        assert payload is not None
+        merged = big.buffer.copy()
+        merged[:4] = payload[:4]  # the answer shows which weights the SL got
+        return {"op": "ok", "layout": layout_to_wire(big.specs)}, FlatState(big.specs, merged)
+
+    def client(link: SLLink) -> Any:
+        link.share(big.total)
+        link.call("hello", {"shm_bytes": big.total})
+        got = []
+        for value in (1, 2, 3):
+            assert (link.lent is not None) == (value == 1)
+            mine = link.lent.array if link.lent is not None else np.empty(big.total, dtype=np.uint8)
+            mine[:] = value
+            reply, data = link.call("sync", {}, mine)
+            assert data is not None
+            got.append((int(data[0]), data[4:].tobytes() == big.buffer[4:].tobytes(), "shm" in reply))
+        return got
+
+    async def main() -> Any:
+        async with LocalServer(small_disk.path / "sl.sock", handle):
+            link = SLLink(str(small_disk.path / "sl.sock"), connect_timeout=5)
+            try:
+                return await asyncio.to_thread(client, link)
+            finally:
+                link.close()
+
+    got = asyncio.run(main())
+    assert [(value, whole) for value, whole, _ in got] == [(1, True), (2, True), (3, True)]
+    # the first answer found no room; later ones come in the one file that fit, once the SL let go of the
+    # first request's weights in it, and the requests come through the socket (nothing more to lend)
+    assert [via_shared for _, _, via_shared in got] == [False, True, True]
+    assert "no more weight buffers of 5242880 bytes shared" in caplog.text
+    assert [p.name for p in small_disk.path.iterdir()] == ["sl.sock"]
