@@ -40,6 +40,10 @@ _LABELS = {
 }
 _TORCH = {label: dtype for dtype, label in _LABELS.items()}
 
+PIN_BUDGET = 2 << 30
+"""Bytes of weight buffers one ML program page-locks at most: the SL lends and answers in 8 to 12 buffers of
+the model's size over a run (4 peers), and page-locked memory is memory the system cannot page out."""
+
 
 def torch_dtype_label(dtype: torch.dtype) -> str:
     """Wire dtype label of a torch dtype; SwarmError for one the swarm cannot carry."""
@@ -204,9 +208,17 @@ class SwarmCallback(SwarmCallbackBase):
         """A model on a GPU copies to and from the shared buffers at every sync: page-lock each once, when
         it lives in memory (``/dev/shm``, where the SL makes them on a host that has one; a file elsewhere
         may be on disk, and registering a buffer in a file on disk failed on an H100 machine). After one
-        stays pageable, the others are left pageable too (said once)."""
+        stays pageable, the others are left pageable too (said once); so are those beyond ``PIN_BUDGET``."""
         device = device_of(self._state().values())
         if device is None or self._pageable:
+            return
+        pinned = sum(p.nbytes for p in self._pinned)
+        if pinned + shared.nbytes > PIN_BUDGET:
+            self._pageable = True
+            self.logger.info(
+                "SwarmCallback: %d weight buffers (%d MB) are page-locked, the most one program locks; "
+                "the others stay pageable", len(self._pinned), pinned >> 20,
+            )  # fmt: skip
             return
         memory = memory_dir()
         if memory is None or not shared.path.is_relative_to(memory):

@@ -91,6 +91,7 @@ class PinnedHost:
         if error != 0:
             _consume_last_error(device)
             raise RuntimeError(f"cudaHostRegister of {array.nbytes} bytes failed with CUDA error {error}")
+        self.nbytes = array.nbytes
         self._finalizer = weakref.finalize(self, _unregister, address, os.getpid(), array)
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from swarmlearning import pyt as pyt_module
 from swarmlearning import staging as staging_module
 from swarmlearning.pyt import SwarmCallback
 from swarmlearning.staging import PinnedHost, Staging, device_of
@@ -237,6 +238,19 @@ def test_a_cpu_model_leaves_the_shared_buffer_pageable(tmp_path: Path) -> None:
     cb = _callback(_Mixed())
     cb._shared_attached(SharedBuffer.create(tmp_path, "weights", 64))
     assert cb._pinned == [] and not cb._pageable
+
+
+def test_page_locked_buffers_stop_at_the_budget_and_the_rest_stay_pageable(
+    cudart: _RecordingCudart, in_memory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program sees 8-12 shared buffers over a run: it page-locks them until PIN_BUDGET, not beyond."""
+    monkeypatch.setattr(pyt_module, "device_of", lambda tensors: torch.device("cpu"))  # as if on a GPU
+    monkeypatch.setattr(pyt_module, "PIN_BUDGET", 3 * 4096)
+    cb = _callback(_Mixed())
+    for index in range(5):
+        cb._shared_attached(SharedBuffer.create(in_memory, f"weights-{index}", 4096))
+    assert [call[0] for call in cudart.calls] == ["register"] * 3
+    assert len(cb._pinned) == 3 and cb._pageable
 
 
 @pytest.fixture
