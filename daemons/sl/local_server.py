@@ -85,7 +85,7 @@ class LocalServer:
                     if "shm" in header:
                         payload = shared.returned(header["shm"])
                 elif header.get("op") == "hello":
-                    shared = self._share(header.get("shm_bytes"))
+                    shared = await self._share(header.get("shm_bytes"))
                 read = time.perf_counter()
                 reply, flat = await self._handler(header, payload)
                 timing = {"read": read - started, "handle": time.perf_counter() - read}
@@ -105,13 +105,13 @@ class LocalServer:
             if task is not None:
                 self._tasks.discard(task)
 
-    def _share(self, nbytes: Any) -> _SharedWeights | None:
+    async def _share(self, nbytes: Any) -> _SharedWeights | None:
         """Weight buffers of the size a ``hello`` asks for (``shm_bytes``) beside the socket; None when it
         asks for none or none can be made (the weights then go through the socket)."""
         if not isinstance(nbytes, int) or isinstance(nbytes, bool) or not 0 < nbytes <= MAX_STATE_BYTES:
             return None
         shared = _SharedWeights(self.path.parent, nbytes)
-        if shared.lend() is None:
+        if await shared.lend() is None:
             shared.close()
             log.warning("weights go through the socket: no shared buffer of %d bytes could be made", nbytes)
             return None
@@ -144,11 +144,11 @@ class _SharedWeights:
         self._lent: tuple[str, np.ndarray] | None = None
         self._answered: np.ndarray | None = None
 
-    def lend(self) -> str | None:
+    async def lend(self) -> str | None:
         """The buffer for the program's next weights (the one lent already, while unused); None when
         none is shared (the weights then come through the socket)."""
         if self._lent is None:
-            buffer = MODEL_BUFFERS.take(self.nbytes)
+            buffer = await self._take()
             path = MODEL_BUFFERS.file_of(buffer)
             if path is None:
                 return None
@@ -174,7 +174,7 @@ class _SharedWeights:
             name = await self.answer(flat)
             if name is not None:
                 reply, flat = {**reply, "shm": name}, None
-        lent = self.lend() if reply.get("op") != "error" else None
+        lent = await self.lend() if reply.get("op") != "error" else None
         return ({**reply, "shm_next": lent} if lent is not None else reply), flat
 
     async def answer(self, flat: FlatState) -> str | None:
@@ -182,13 +182,19 @@ class _SharedWeights:
         elsewhere); None when there is none."""
         buffer, path = flat.buffer, MODEL_BUFFERS.file_of(flat.buffer)
         if path is None:
-            buffer = MODEL_BUFFERS.take(self.nbytes)
+            buffer = await self._take()
             path = MODEL_BUFFERS.file_of(buffer)
             if path is None:
                 return None
             await _copy(flat.buffer, into=buffer)
         self._answered = buffer
         return str(path)
+
+    async def _take(self) -> np.ndarray:
+        """A free buffer of the pool; a big new one off the event loop (its file's memory is reserved)."""
+        if self.nbytes <= _COPY_INLINE:
+            return MODEL_BUFFERS.take(self.nbytes)
+        return await asyncio.to_thread(MODEL_BUFFERS.take, self.nbytes)
 
     def close(self) -> None:
         """The program went: remove the files (the mappings go with the last array using them)."""
