@@ -14,6 +14,7 @@ from certs import Signer, Verifier, client_context, init_swarm
 from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.broker.mosquitto import find_mosquitto
 from daemons.bus import Bus, BusConfig, BusConnectError, Request
+from daemons.bus.session import _describe, _is_fatal
 from tests.conftest import eventually
 from wire import encode_envelope, make_envelope
 
@@ -75,6 +76,15 @@ async def test_certificate_from_another_ca_is_refused_clearly(swarm: Swarm, tmp_
     with pytest.raises(BusConnectError, match="certificate"):
         async with Bus(cfg):
             pass
+
+
+def test_an_eof_as_the_tls_connection_opens_points_at_the_client_certificate() -> None:
+    # what the client sees when the broker's "unknown ca" alert is lost as it closes (TLS 1.3)
+    eof = "failed to receive on socket: EOF occurred in violation of protocol (_ssl.c:2427)"
+    described = _describe(eof, tls=True)
+    assert "client certificate" in described and eof in described
+    assert _is_fatal(eof, described)  # another attempt would be refused the same way
+    assert _describe(eof, tls=None) == eof  # without TLS of ours it says nothing more
 
 
 async def test_broker_from_another_ca_is_not_trusted(swarm: Swarm, tmp_path: Path) -> None:

@@ -78,6 +78,10 @@ def _describe(exc: BaseException | str, *, tls: bool | None = None) -> str:
         return f"the broker refused our TLS client certificate: not issued by its CA ({text})"
     if "alert" in lowered and ("certificate" in lowered or "handshake" in lowered):
         return f"the broker refused our TLS client certificate ({text})"
+    if tls and "eof occurred in violation of protocol" in lowered:
+        # TLS 1.3: the broker checks our certificate after we think the handshake done, and its alert
+        # may be lost as it closes; an EOF there is then all we see of the refusal
+        return f"the broker closed the TLS connection as it opened: our client certificate refused? ({text})"
     if "not authori" in lowered or "bad user name or password" in lowered:
         return f"the broker refused this identity ({text})"
     if "refused" in lowered or "errno 111" in lowered:
