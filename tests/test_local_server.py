@@ -18,6 +18,7 @@ from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.local_server import LocalServer
 from swarmlearning.client.link import LinkError, SLLink
 from tests.conftest import SmallDisk
+from wire.errors import CodecError
 from wire.frames import layout_to_wire
 from wire.tensors import FlatState
 
@@ -228,3 +229,18 @@ def test_when_memory_runs_out_the_weights_go_through_the_socket_and_still_arrive
     assert [via_shared for _, _, via_shared in got] == [False, True, True]
     assert "no more weight buffers of 5242880 bytes shared" in caplog.text
     assert [p.name for p in small_disk.path.iterdir()] == ["sl.sock"]
+
+
+def test_the_ml_program_maps_shared_buffers_only_beside_the_sls_socket(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "weights-1").write_bytes(bytes(MERGED.total))  # a file of the right size, elsewhere
+
+    def client(link: SLLink) -> Any:
+        link.share(MERGED.total)
+        link.call("hello", {"shm_bytes": MERGED.total})
+        with pytest.raises(CodecError, match="outside its socket's directory"):
+            link._attach(str(elsewhere / "weights-1"))
+        return link.lent is not None
+
+    assert _with_server(tmp_path, client)[0] is True  # the SL's own buffer, beside the socket, is mapped

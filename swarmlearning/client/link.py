@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,8 @@ class SLLink:
         OSError/CodecError when it cannot be."""
         if not isinstance(path, str) or not self._shared_bytes:
             raise CodecError(f"the SL named a shared buffer {path!r} that was not asked for")
+        if Path(path).parent != Path(self.path).parent:  # the SL makes them beside its socket, nowhere else
+            raise CodecError(f"the SL named a shared buffer {path!r} outside its socket's directory")
         shared = self.shared.get(path)
         if shared is None:
             shared = SharedBuffer.attach(path, self._shared_bytes)
