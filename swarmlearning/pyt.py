@@ -83,7 +83,7 @@ class _Change:
     layout (a bool tensor: the merged value); made once for the sent buffer and its layout."""
 
     def __init__(self, sent: FlatState) -> None:
-        self.sent = sent  # held, so that no other buffer takes its id meanwhile
+        self.sent = sent  # the weights sent, which ``serves`` compares by identity
         self.buffer = np.zeros(sent.total, dtype=np.uint8)
         self.views = [_host_view(self.buffer, s) for s in sent.specs]
         self._sent = [_host_view(sent.buffer, s) for s in sent.specs]
