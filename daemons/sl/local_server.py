@@ -141,19 +141,15 @@ class _SharedWeights:
     def __init__(self, directory: Path, nbytes: int) -> None:
         self.nbytes = nbytes
         MODEL_BUFFERS.share(nbytes, directory)
-        self._lent: tuple[str, np.ndarray] | None = None
+        self._lent: tuple[np.ndarray, str] | None = None  # the buffer lent and its file's name
         self._answered: np.ndarray | None = None
 
     async def lend(self) -> str | None:
         """The buffer for the program's next weights (the one lent already, while unused); None when
         none is shared (the weights then come through the socket)."""
         if self._lent is None:
-            buffer = await self._take()
-            path = MODEL_BUFFERS.file_of(buffer)
-            if path is None:
-                return None
-            self._lent = (str(path), buffer)
-        return self._lent[0]
+            self._lent = await self._take()
+        return None if self._lent is None else self._lent[1]
 
     def request_arrived(self) -> None:
         """The program sent a request: it has read the last answer, whose buffer may go."""
@@ -161,9 +157,9 @@ class _SharedWeights:
 
     def returned(self, name: Any) -> np.ndarray:
         """The weights of a request whose ``shm`` names the lent buffer (CodecError for any other)."""
-        if self._lent is None or name != self._lent[0]:
+        if self._lent is None or name != self._lent[1]:
             raise CodecError(f"weights said to be in shared buffer {name!r}, which is not the one lent")
-        buffer, self._lent = self._lent[1], None
+        buffer, self._lent = self._lent[0], None
         return buffer
 
     async def reply(
@@ -180,21 +176,26 @@ class _SharedWeights:
     async def answer(self, flat: FlatState) -> str | None:
         """The name of a shared buffer holding ``flat``'s weights (copied into one when they are
         elsewhere); None when there is none."""
-        buffer, path = flat.buffer, MODEL_BUFFERS.file_of(flat.buffer)
-        if path is None:
-            buffer = await self._take()
-            path = MODEL_BUFFERS.file_of(buffer)
-            if path is None:
-                return None
-            await _copy(flat.buffer, into=buffer)
-        self._answered = buffer
-        return str(path)
+        path = MODEL_BUFFERS.file_of(flat.buffer)
+        if path is not None:
+            self._answered = flat.buffer
+            return str(path)
+        taken = await self._take()
+        if taken is None:
+            return None
+        await _copy(flat.buffer, into=taken[0])
+        self._answered = taken[0]
+        return taken[1]
 
-    async def _take(self) -> np.ndarray:
-        """A free buffer of the pool; a big new one off the event loop (its file's memory is reserved)."""
+    async def _take(self) -> tuple[np.ndarray, str] | None:
+        """A free buffer of the pool and the name of its file; None when it is not a file (the pool
+        shares no more of this size). A big new one is taken off the event loop (its memory is reserved)."""
         if self.nbytes <= _COPY_INLINE:
-            return MODEL_BUFFERS.take(self.nbytes)
-        return await asyncio.to_thread(MODEL_BUFFERS.take, self.nbytes)
+            buffer = MODEL_BUFFERS.take(self.nbytes)
+        else:
+            buffer = await asyncio.to_thread(MODEL_BUFFERS.take, self.nbytes)
+        path = MODEL_BUFFERS.file_of(buffer)
+        return None if path is None else (buffer, str(path))
 
     def close(self) -> None:
         """The program went: remove the files (the mappings go with the last array using them)."""
@@ -202,11 +203,9 @@ class _SharedWeights:
         MODEL_BUFFERS.unshare(self.nbytes)
 
 
-async def _copy(source: np.ndarray, *, into: np.ndarray | None = None) -> np.ndarray:
-    """``source`` copied (into ``into``, or a new array); big ones off the event loop."""
-    out = MODEL_BUFFERS.take(source.nbytes) if into is None else into
+async def _copy(source: np.ndarray, *, into: np.ndarray) -> None:
+    """``source`` copied into ``into``; big ones off the event loop."""
     if source.nbytes <= _COPY_INLINE:
-        np.copyto(out, source)
+        np.copyto(into, source)
     else:
-        await asyncio.to_thread(np.copyto, out, source)
-    return out
+        await asyncio.to_thread(np.copyto, into, source)
