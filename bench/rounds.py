@@ -140,9 +140,10 @@ class SwarmRun:
     def per_round_note(self) -> str:
         """The CPU one round took, all processes together and by kind; on C cores the mean round cannot
         take less wall time than that CPU / C."""
-        if self.cpu_by_kind is None:
+        cpu_s = self.cpu_per_round
+        if cpu_s is None or self.cpu_by_kind is None:
             return "CPU per round not sampled (the run was too short)"
-        cpu_ms = sum(self.cpu_by_kind.values()) * 1000
+        cpu_ms = cpu_s * 1000
         cores = os.cpu_count() or 1
         kinds = ", ".join(
             f"{kind} {self.cpu_by_kind[kind] * 1000:.1f}" for kind in _KIND_ORDER if kind in self.cpu_by_kind
