@@ -11,10 +11,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import socket
 import ssl
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +36,8 @@ from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.sl.rounds import RoundEngine
 from daemons.sl.secure_round import SECAGG_METHOD, SecureRounds, ledger_lookup
 from daemons.sl.session import MLSession, SessionSettings
+from daemons.sl.workdir import sl_directory
 from wire import CodecError
-from wire.shared import memory_dir
 
 __all__ = ["SLNode", "SLOptions"]
 
@@ -94,30 +92,30 @@ class SLNode:
         The program starts first, so that its own start (importing torch, loading data) overlaps ours
         (connecting, registering, serving models); its requests wait until this node is attached.
         """
-        sock_dir = Path(tempfile.mkdtemp(prefix="swarm-sl-", dir=memory_dir()))  # the weight buffer too
-        sock = sock_dir / "sl.sock"
-        try:
-            async with LocalServer(sock, self._handle):
-                env = {
-                    "SWARM_SL_SOCKET": str(sock),
-                    "SWARM_NODE_UID": self.options.uid,
-                    "PYTHONUNBUFFERED": "1",
-                }
-                await self.ml.start(env)
-                # Two tasks awaited below, not a TaskGroup: our own failure (no broker, say) must reach
-                # the command line as itself, not wrapped in an ExceptionGroup.
-                loop = asyncio.get_running_loop()
-                exited = loop.create_task(self.ml.wait(), name="sl.ml")
-                stopper = loop.create_task(self._stop_ml_when_asked(), name="sl.stopper")
-                try:
-                    return await self._connected(exited)
-                finally:
-                    stopper.cancel()
-                    if not exited.done():  # we failed before the program ended: it cannot go on alone
-                        await self.ml.stop()
-                    await asyncio.gather(exited, stopper, return_exceptions=True)
-        finally:
-            shutil.rmtree(sock_dir, ignore_errors=True)
+        with sl_directory() as directory:  # the weight buffers too
+            return await self._serve(directory / "sl.sock")
+
+    async def _serve(self, sock: Path) -> int:
+        """Serve the ML program on ``sock`` while it runs; its exit status."""
+        async with LocalServer(sock, self._handle):
+            env = {
+                "SWARM_SL_SOCKET": str(sock),
+                "SWARM_NODE_UID": self.options.uid,
+                "PYTHONUNBUFFERED": "1",
+            }
+            await self.ml.start(env)
+            # Two tasks awaited below, not a TaskGroup: our own failure (no broker, say) must reach
+            # the command line as itself, not wrapped in an ExceptionGroup.
+            loop = asyncio.get_running_loop()
+            exited = loop.create_task(self.ml.wait(), name="sl.ml")
+            stopper = loop.create_task(self._stop_ml_when_asked(), name="sl.stopper")
+            try:
+                return await self._connected(exited)
+            finally:
+                stopper.cancel()
+                if not exited.done():  # we failed before the program ended: it cannot go on alone
+                    await self.ml.stop()
+                await asyncio.gather(exited, stopper, return_exceptions=True)
 
     async def _handle(self, header: dict[str, Any], payload: Any) -> Any:
         """The ML program's requests, answered by its session once this node is attached."""
