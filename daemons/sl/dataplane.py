@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 from daemons.bus.transfer import StateHolder, TransferError, digest_hex
+from daemons.sl import peer_files
 from daemons.sl.buffers import MODEL_BUFFERS
+from daemons.sl.peer_files import PEER_FILES, FileRefused, checked_path
 from daemons.sl.receive import receive_verified
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
@@ -114,35 +116,49 @@ class DataRequest:
     offer: Manifest | None = None  # a pushed model: its manifest, ``offer.total`` payload bytes follow
     offer_round: int | None = None  # the round the pusher predicts its row is for
     offer_weight: float | None = None  # the weight it checks in with
+    offer_file: str | None = None  # the pusher's buffer file holding the offer, instead of a payload
+    files: bool = False  # the asker can copy the model from a file of ours (same host, same user)
 
 
-def encode_request(digest: bytes, sender: str) -> bytes:
-    """A request for the held model ``digest``."""
-    return encode_frame_head({"op": "get", "digest": digest, "sender": sender})
+def encode_request(digest: bytes, sender: str, *, files: bool = False) -> bytes:
+    """A request for the held model ``digest``; ``files``: the answer may name a file to copy it from."""
+    return encode_frame_head({"op": "get", "digest": digest, "sender": sender, **_files(files)})
 
 
 def encode_result_request(
-    contract: str, number: int, sender: str, among: tuple[str, ...] | None = None
+    contract: str, number: int, sender: str, among: tuple[str, ...] | None = None, *, files: bool = False
 ) -> bytes:
     """A request for the model the server merges for round ``number`` of ``contract``; ``among``: only
     a merge of exactly these participants, made before the ledger closed the round."""
     head: dict[str, Any] = {"op": "result", "contract": contract, "round": number, "sender": sender}
     if among is not None:
         head["among"] = list(among)
-    return encode_frame_head(head)
+    return encode_frame_head({**head, **_files(files)})
+
+
+def _files(files: bool) -> dict[str, bool]:
+    return {"files": True} if files else {}
 
 
 def encode_offer(
-    manifest: Manifest, sender: str, number: int | None = None, weight: float | None = None
+    manifest: Manifest,
+    sender: str,
+    number: int | None = None,
+    weight: float | None = None,
+    *,
+    file: str | None = None,
 ) -> bytes:
-    """The head of an offer: ``manifest.total`` bytes of the model follow it. ``number`` and ``weight``:
-    the round the sender predicts and the weight it checks in with (a leader merges early with them)."""
+    """The head of an offer: ``manifest.total`` bytes of the model follow it, or none when ``file``
+    names the sender's buffer file holding them. ``number`` and ``weight``: the round the sender
+    predicts and the weight it checks in with (a leader merges early with them)."""
     head: dict[str, Any] = {"op": "offer", "manifest": manifest.body(), "sender": sender}
     if number is not None:
         head["round"] = number
     if weight is not None:
         head["weight"] = weight
-    return encode_frame_head(head, nbytes=manifest.total)
+    if file is not None:
+        head["file"] = file
+    return encode_frame_head(head, nbytes=0 if file is not None else manifest.total)
 
 
 def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequest:
@@ -157,26 +173,31 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
             not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 <= weight < 2**53
         ):
             raise CodecError("data plane offer: 'weight' must be a number from 0")
+        file = header.get("file")
         return DataRequest(
             sender,
             offer=_offered(header, max_offer),
             offer_round=None if number is None else _round_number(number),
             offer_weight=None if weight is None else float(weight),
+            offer_file=None if file is None else checked_path(file),
         )
     if op not in ("get", "result") or payload_size(header) != 0:
         raise CodecError(
             f"data plane request: op {op!r} must be 'get' or 'result' (with no payload) or 'offer'"
         )
+    files = header.get("files", False)
+    if not isinstance(files, bool):
+        raise CodecError("data plane request: 'files' must be true or false")
     if op == "get":
         digest = header.get("digest")
         if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
             raise CodecError(f"data plane request: 'digest' must be {_DIGEST_BYTES} bytes")
-        return DataRequest(sender, digest=digest)
+        return DataRequest(sender, digest=digest, files=files)
     contract, number = header.get("contract"), header.get("round")
     if not isinstance(contract, str) or not 0 < len(contract) <= _MAX_UID:
         raise CodecError(f"data plane request: 'contract' must be a name of 1..{_MAX_UID} characters")
     return DataRequest(
-        sender, contract=contract, round=_round_number(number), among=_among(header.get("among"))
+        sender, contract=contract, round=_round_number(number), among=_among(header.get("among")), files=files
     )
 
 
@@ -200,14 +221,14 @@ def _among(value: object) -> tuple[str, ...] | None:
 
 
 def _sized_manifest(header: dict[str, object], body: dict[str, Any], max_total: int, what: str) -> Manifest:
-    """The manifest in ``body``, bounded by ``max_total`` and matching the header's payload size."""
+    """The manifest in ``body``, bounded by ``max_total`` and matching the header's payload size (none
+    when the header names a ``file`` holding the model)."""
     manifest = manifest_from_body(body, what=f"data plane {what}")
     if manifest.total > max_total:
         raise CodecError(f"data plane {what}: {manifest.total} bytes is over {max_total}")
-    if payload_size(header) != manifest.total:
-        raise CodecError(
-            f"data plane {what}: payload {payload_size(header)} != manifest total {manifest.total}"
-        )
+    payload = 0 if "file" in header else manifest.total
+    if payload_size(header) != payload:
+        raise CodecError(f"data plane {what}: payload {payload_size(header)} != {payload} bytes")
     return manifest
 
 
@@ -218,9 +239,10 @@ def _offered(header: dict[str, object], max_total: int) -> Manifest:
     return _sized_manifest(header, body, max_total, "offer")
 
 
-def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
-    """The manifest of a reply header (its payload is ``manifest.total`` bytes); CodecError for an error
-    reply or anything malformed."""
+def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> tuple[Manifest, str | None]:
+    """The manifest of a reply header and the file it names (its payload is ``manifest.total`` bytes,
+    or none when it names a file to copy them from); CodecError for an error reply or anything
+    malformed."""
     header = decode_header(data)
     op = header["op"]
     if op == "error":
@@ -228,7 +250,9 @@ def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> Manifest:
     body = header.get("manifest")
     if op != "state" or not isinstance(body, dict):
         raise CodecError(f"data plane reply: op {op!r}; expected 'state' with a 'manifest' map")
-    return _sized_manifest(header, body, max_total, "reply")
+    file = header.get("file")
+    manifest = _sized_manifest(header, body, max_total, "reply")
+    return manifest, None if file is None else checked_path(file)
 
 
 async def _read_header(reader: asyncio.StreamReader) -> bytes:
@@ -471,12 +495,7 @@ class DataPlaneServer:
                 log.warning("data plane: refused a fetch: %s", refusal)
                 await _refuse(writer, refusal)
                 return
-        flat, manifest = held
-        writer.write(encode_frame_head({"op": "state", "manifest": manifest.body()}, nbytes=manifest.total))
-        view = flat.buffer.data.cast("B")
-        for start in range(0, manifest.total, _SEND_SLICE):
-            writer.write(view[start : start + _SEND_SLICE])
-            await writer.drain()
+        await _send_model(*held, request.files, reader, writer)
         self.holder.served.setdefault(digest, set()).add(request.sender)
         if self.served is not None:
             self.served.add(digest, request.sender)
@@ -494,12 +513,85 @@ class DataPlaneServer:
         flat = None
         try:
             buffer = MODEL_BUFFERS.take(manifest.total)
-            await receive_verified(reader, writer, buffer, manifest, _REQUEST_TIMEOUT)
+            file = request.offer_file
+            copied = file is not None and _from_this_host(writer) and await _copy_file(file, manifest, buffer)
+            if not copied:
+                if file is not None:  # the bytes, please
+                    writer.write(encode_frame_head({"op": "send"}))
+                    await writer.drain()
+                await receive_verified(reader, writer, buffer, manifest, _REQUEST_TIMEOUT)
             flat = FlatState(manifest.tensors, buffer)
         finally:
             self.offers.arrived(manifest.digest, flat)
         writer.write(encode_frame_head({"op": "taken"}))
         await writer.drain()
+
+
+async def _send_model(
+    flat: FlatState,
+    manifest: Manifest,
+    files: bool,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """Answer a request for a model: its manifest and bytes, or its manifest and the file it is in when
+    the peer asked for ``files``; that peer then copies it and says so, or asks for the bytes."""
+    head = {"op": "state", "manifest": manifest.body()}
+    file = _file_for(files, flat, writer)
+    if file is None:
+        writer.write(encode_frame_head(head, nbytes=manifest.total))
+        await _send_payload(writer, flat, None)
+        return
+    writer.write(encode_frame_head({**head, "file": file}))
+    await writer.drain()
+    async with asyncio.timeout(_REQUEST_TIMEOUT):
+        answer = decode_header(await _read_header(reader))["op"]
+    if answer not in ("copied", "send"):
+        raise CodecError(f"data plane: op {answer!r} after a file was named; expected 'copied' or 'send'")
+    if answer == "send":
+        await _send_payload(writer, flat, None)
+
+
+def _from_this_host(writer: asyncio.StreamWriter) -> bool:
+    """Whether the connection comes from an address of this host (a peer whose files we may copy)."""
+    peer = writer.get_extra_info("peername")
+    host = peer[0] if isinstance(peer, tuple) and peer else None
+    return isinstance(host, str) and peer_files.local_host(host)
+
+
+def _file_for(asked: bool, flat: FlatState, writer: asyncio.StreamWriter) -> str | None:
+    """The file of ours a peer that ``asked`` may copy ``flat`` from: it must be of this host, and the
+    model in one of our pool's files; else None (the bytes go through the socket)."""
+    if not asked or not peer_files.enabled() or not _from_this_host(writer):
+        return None
+    path = MODEL_BUFFERS.file_of(flat.buffer)
+    return None if path is None else str(path)
+
+
+_said_refused = False
+
+
+async def _copy_file(path: str, manifest: Manifest, into: np.ndarray) -> bool:
+    """Whether the model was copied from a peer's file ``path`` into ``into`` and checked against
+    ``manifest`` (CodecError when it does not match); False when the file is not one we open (said once)."""
+    global _said_refused  # noqa: PLW0603 - one line per process, not one per transfer
+    try:
+        await asyncio.to_thread(PEER_FILES.copy_verified, path, manifest, into)
+    except FileRefused as exc:
+        if not _said_refused:
+            _said_refused = True
+            log.warning("data plane: %s; models from peers of this host come through the socket", exc)
+        return False
+    return True
+
+
+async def _send_payload(writer: asyncio.StreamWriter, flat: FlatState, idle: float | None) -> None:
+    """Write the model's bytes, with no pause longer than ``idle`` s (None: no limit)."""
+    view = flat.buffer.data.cast("B")
+    for start in range(0, flat.total, _SEND_SLICE):
+        writer.write(view[start : start + _SEND_SLICE])
+        async with asyncio.timeout(idle):
+            await writer.drain()
 
 
 def _peer_identity(writer: asyncio.StreamWriter) -> str | None:
@@ -564,8 +656,10 @@ class DataPlaneClient:
         spare: np.ndarray | None = None,
     ) -> tuple[FlatState, Manifest]:
         """The verified model ``digest`` from ``endpoint``; TransferError saying why it failed."""
-        request = encode_request(digest, self.uid)
-        return await self._fetch(endpoint, request, digest, idle_timeout, idle_timeout, max_total, spare)
+        files = self._files_from(endpoint)
+        request = encode_request(digest, self.uid, files=files)
+        waits = (idle_timeout, idle_timeout)
+        return await self._fetch(endpoint, request, digest, waits, max_total, spare, files=files)
 
     async def offer(
         self,
@@ -581,11 +675,17 @@ class DataPlaneClient:
         ``number`` with ``weight``; TransferError when it was not taken."""
         self._check_tls(endpoint)
         conn = await self._connection(endpoint)
-        head = encode_offer(manifest, self.uid, number, weight)
+        file = MODEL_BUFFERS.file_of(flat.buffer) if self._files_from(endpoint) else None
+        head = encode_offer(manifest, self.uid, number, weight, file=None if file is None else str(file))
         async with self._holding(
             endpoint, conn, f"offering model {digest_hex(manifest.digest)} to {endpoint}"
         ):
-            await _send_offer(conn, head, flat, manifest, idle_timeout)
+            await _send_offer(conn, head, flat, idle_timeout, in_file=file is not None)
+
+    @staticmethod
+    def _files_from(endpoint: Endpoint) -> bool:
+        """Whether models to and from ``endpoint`` may be copied through files (a peer of this host)."""
+        return peer_files.enabled() and peer_files.local_host(endpoint.host)
 
     def _check_tls(self, endpoint: Endpoint) -> None:
         if endpoint.tls and self.tls is None:
@@ -605,24 +705,27 @@ class DataPlaneClient:
         """The model ``endpoint`` merges for round ``number`` of ``contract``, once it has it, verified
         against its manifest (the caller checks the manifest's digest against the ledger). ``among``:
         the merge of exactly these participants it made before the ledger closed the round."""
-        request = encode_result_request(contract, number, self.uid, among)
-        return await self._fetch(endpoint, request, None, RESULT_WAIT, idle_timeout, MAX_STATE_BYTES, None)
+        files = self._files_from(endpoint)
+        request = encode_result_request(contract, number, self.uid, among, files=files)
+        waits = (RESULT_WAIT, idle_timeout)
+        return await self._fetch(endpoint, request, None, waits, MAX_STATE_BYTES, None, files=files)
 
     async def _fetch(
         self,
         endpoint: Endpoint,
         request: bytes,
         digest: bytes | None,
-        first: float,
-        idle_timeout: float,
+        waits: tuple[float, float],
         max_total: int,
         spare: np.ndarray | None,
+        *,
+        files: bool,
     ) -> tuple[FlatState, Manifest]:
         what = f"model {digest_hex(digest)}" if digest is not None else "the merged model"
         self._check_tls(endpoint)
         conn = await self._connection(endpoint, _MODELS if digest is not None else _RESULTS)
         async with self._holding(endpoint, conn, f"{what} from {endpoint}"):
-            return await self._exchange(conn, request, digest, (first, idle_timeout), max_total, spare)
+            return await self._exchange(conn, request, digest, waits, max_total, spare, files=files)
 
     async def _connection(self, endpoint: Endpoint, lane: str = _MODELS) -> _Connection:
         """Our kept connection to ``endpoint`` for ``lane``: requests for a merge not made yet wait on
@@ -682,39 +785,54 @@ class DataPlaneClient:
         waits: tuple[float, float],
         max_total: int,
         spare: np.ndarray | None,
+        *,
+        files: bool,
     ) -> tuple[FlatState, Manifest]:
         """Send ``request``; read the reply's header within ``waits[0]`` s, then the model, with no
-        pause longer than ``waits[1]`` s."""
+        pause longer than ``waits[1]`` s, or copy it from the file the reply names when the request
+        said we can (``files``)."""
         first, idle = waits
         conn.writer.write(request)
         await conn.writer.drain()
         async with asyncio.timeout(first):
             data = await _read_header(conn.reader)
-        manifest = decode_reply(data, max_total=max_total)
+        manifest, file = decode_reply(data, max_total=max_total)
         if digest is not None and manifest.digest != digest:
             raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
+        if file is not None and not files:
+            raise CodecError("the peer named a file it was not asked for")
         reuse = spare is not None and spare.dtype == np.uint8 and spare.nbytes == manifest.total
         buffer = spare if reuse and spare is not None else MODEL_BUFFERS.take(manifest.total)
+        if file is not None:
+            copied = await _copy_file(file, manifest, buffer)
+            conn.writer.write(encode_frame_head({"op": "copied" if copied else "send"}))
+            await conn.writer.drain()
+            if copied:
+                return FlatState(manifest.tensors, buffer), manifest
         await receive_verified(conn.reader, conn.writer, buffer, manifest, idle)
         return FlatState(manifest.tensors, buffer), manifest
 
 
-async def _send_offer(
-    conn: _Connection, head: bytes, flat: FlatState, manifest: Manifest, idle: float
-) -> None:
-    """Send an offer (head and model) and read its answer, with no pause longer than ``idle`` s."""
+async def _send_offer(conn: _Connection, head: bytes, flat: FlatState, idle: float, *, in_file: bool) -> None:
+    """Send an offer (head and model, or the head naming the file the model is in, and the model when
+    the peer asks for it) and read its answer, with no pause longer than ``idle`` s."""
     conn.writer.write(head)
-    view = flat.buffer.data.cast("B")
-    for start in range(0, manifest.total, _SEND_SLICE):
-        conn.writer.write(view[start : start + _SEND_SLICE])
-        async with asyncio.timeout(idle):
-            await conn.writer.drain()
-    async with asyncio.timeout(idle):
-        header = decode_header(await _read_header(conn.reader))
+    if not in_file:
+        await _send_payload(conn.writer, flat, idle)
+    header = await _answer_to_offer(conn, idle)
+    if in_file and header["op"] == "send":
+        await _send_payload(conn.writer, flat, idle)
+        header = await _answer_to_offer(conn, idle)
     if header["op"] == "error":
         raise CodecError(f"the peer refused: {str(header.get('message'))[:500]}")
     if header["op"] != "taken":
         raise CodecError(f"data plane answer to an offer: op {header['op']!r}; expected 'taken'")
+
+
+async def _answer_to_offer(conn: _Connection, idle: float) -> dict[str, Any]:
+    await conn.writer.drain()
+    async with asyncio.timeout(idle):
+        return decode_header(await _read_header(conn.reader))
 
 
 # ------------------------------------------------------------------------------------------ settings

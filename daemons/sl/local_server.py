@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from daemons.sl.buffers import MODEL_BUFFERS
+from daemons.sl.peer_files import PEER_FILES
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 from wire.tensors import MAX_STATE_BYTES, FlatState
@@ -201,6 +202,7 @@ class _SharedWeights:
         """The program went: remove the files (the mappings go with the last array using them)."""
         self._lent = self._answered = None
         MODEL_BUFFERS.unshare(self.nbytes)
+        PEER_FILES.forget()  # the peers' files of this job, which their SLs remove as their programs end
 
 
 async def _copy(source: np.ndarray, *, into: np.ndarray) -> None:

@@ -72,8 +72,8 @@ class SLLink:
         return any(array is shared.array for shared in self.shared.values())
 
     def _attach(self, path: Any) -> SharedBuffer:
-        """The shared buffer at ``path``, mapped once (its name removed: both sides have it then);
-        OSError/CodecError when it cannot be."""
+        """The shared buffer at ``path``, mapped once; OSError/CodecError when it cannot be. Its name
+        stays: the SL's peers on this host copy models from it, and the SL removes it when we go."""
         if not isinstance(path, str) or not self._shared_bytes:
             raise CodecError(f"the SL named a shared buffer {path!r} that was not asked for")
         if Path(path).parent != Path(self.path).parent:  # the SL makes them beside its socket, nowhere else
@@ -81,7 +81,6 @@ class SLLink:
         shared = self.shared.get(path)
         if shared is None:
             shared = SharedBuffer.attach(path, self._shared_bytes)
-            shared.remove()
             self.shared[path] = shared
             if self._on_attach is not None:
                 self._on_attach(shared)
