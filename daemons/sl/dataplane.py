@@ -20,6 +20,11 @@ A connection carries one request at a time and is kept for the next.
 The server counts which peers took each model (``Served``: a serve counts once its last byte is sent),
 so that the leader of a final round can wait until another node holds the merged model before it
 records it.
+Between SLs of one host a model in a buffer file of the sender's pool is copied out of that file instead
+(``daemons.sl.peer_files``): a request with ``files: true`` is answered ``{op: "state", manifest, file}``
+with no payload, and the puller answers ``{op: "copied"}`` once it has the model, or ``{op: "send"}`` to
+get the bytes after all; an offer may name its ``file`` the same way, and the server answers ``taken``
+or ``{op: "send"}``. A serve counts once the copy is acknowledged.
 """
 
 from __future__ import annotations
