@@ -573,20 +573,23 @@ def _file_for(asked: bool, flat: FlatState, writer: asyncio.StreamWriter) -> str
     return None if path is None else str(path)
 
 
-_said_refused = False
+_said: set[str] = set()  # what _copy_file logged already: one line per process, not one per transfer
 
 
 async def _copy_file(path: str, manifest: Manifest, into: np.ndarray) -> bool:
     """Whether the model was copied from a peer's file ``path`` into ``into`` and checked against
-    ``manifest`` (CodecError when it does not match); False when the file is not one we open (said once)."""
-    global _said_refused  # noqa: PLW0603 - one line per process, not one per transfer
+    ``manifest`` (CodecError when it does not match); False when the file is not one we open. The first
+    of each is said once."""
     try:
         await asyncio.to_thread(PEER_FILES.copy_verified, path, manifest, into)
     except FileRefused as exc:
-        if not _said_refused:
-            _said_refused = True
+        if "refused" not in _said:
+            _said.add("refused")
             log.warning("data plane: %s; models from peers of this host come through the socket", exc)
         return False
+    if "copied" not in _said:
+        _said.add("copied")
+        log.info("data plane: models from SLs on this host are copied out of their files, not sent")
     return True
 
 
