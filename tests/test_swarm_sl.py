@@ -30,6 +30,9 @@ def test_three_nodes_finish_with_the_same_model(sn: RunningSN, tmp_path: Path) -
     # digest the ledger then records is the one the nodes went on with
     assert sum(out.count("before the ledger closed the round") for out in outputs) > 0, outputs[0][-3000:]
     assert not any("we went on with the merged model" in out for out in outputs)
+    # SLs of one host copy the models out of each other's files, none refused (daemons/sl/peer_files.py)
+    assert any("copied out of their files, not sent" in out for out in outputs), outputs[0][-3000:]
+    assert not any("come through the socket" in out for out in outputs)
     for node in nodes:
         log = node.output()
         assert "Starting Swarm merging round" in log
