@@ -20,7 +20,7 @@ from blake3 import blake3
 
 from wire.errors import CodecError
 from wire.limits import packb, unpackb
-from wire.workers import MAX_THREADS, cores, run_split
+from wire.workers import run_split, threads_for
 
 __all__ = [
     "ALIGN",
@@ -217,11 +217,11 @@ def chunk_digest(chunk: bytes | memoryview) -> bytes:
 
 
 def chunk_digests(buffer: np.ndarray, chunk_size: int) -> list[bytes]:
-    """``chunk_digest`` of every chunk, hashed on a thread per core (``wire.workers``)."""
+    """``chunk_digest`` of every chunk, hashed on a thread per core for a big buffer (``wire.workers``)."""
     view = buffer.data.cast("B")
     n = _chunk_count(len(view), chunk_size)
     parts = [view[i * chunk_size : (i + 1) * chunk_size] for i in range(n)]
-    return run_split(_digests, parts, min(cores(), MAX_THREADS))
+    return run_split(_digests, parts, threads_for(len(view)))
 
 
 def _digests(parts: Sequence[memoryview]) -> list[bytes]:

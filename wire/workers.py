@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
-__all__ = ["MAX_THREADS", "PARALLEL_BYTES", "cores", "cut", "run_split", "threads_for"]
+__all__ = ["INLINE_BYTES", "MAX_THREADS", "PARALLEL_BYTES", "cores", "cut", "run_split", "threads_for"]
 
 MAX_THREADS = 8
-PARALLEL_BYTES = 1 << 23  # a model of fewer bytes is screened and merged on one thread
+PARALLEL_BYTES = 1 << 23  # a model of fewer bytes is hashed, screened and merged on one thread
+INLINE_BYTES = 2 << 20  # hashing or copying fewer bytes stays on the event loop: a hand-over costs more
 _BYTES_PER_THREAD = 1 << 22
 
 _T = TypeVar("_T")

@@ -33,6 +33,7 @@ from wire.tensors import (
     make_manifest,
     manifest_from_body,
 )
+from wire.workers import INLINE_BYTES
 
 __all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "digest_hex", "fetch_state", "publish_state"]
 
@@ -104,8 +105,11 @@ class StateHolder:
             return None
 
     async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
-        """Hash ``flat`` (off the event loop) and keep it servable; returns its manifest."""
-        manifest = await asyncio.to_thread(make_manifest, flat, "held", meta=meta)
+        """Hash ``flat`` (off the event loop unless it is small) and keep it servable; its manifest."""
+        if flat.total <= INLINE_BYTES:
+            manifest = make_manifest(flat, "held", meta=meta)
+        else:
+            manifest = await asyncio.to_thread(make_manifest, flat, "held", meta=meta)
         self.keep(flat, manifest)
         return manifest
 

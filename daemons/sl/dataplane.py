@@ -50,6 +50,7 @@ from daemons.sl.receive import receive_verified
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_body
+from wire.workers import INLINE_BYTES
 
 __all__ = [
     "DataPlaneClient",
@@ -581,7 +582,10 @@ async def _copy_file(path: str, manifest: Manifest, into: np.ndarray) -> bool:
     ``manifest`` (CodecError when it does not match); False when the file is not one we open. The first
     of each is said once."""
     try:
-        await asyncio.to_thread(PEER_FILES.copy_verified, path, manifest, into)
+        if manifest.total <= INLINE_BYTES:
+            PEER_FILES.copy_verified(path, manifest, into)
+        else:
+            await asyncio.to_thread(PEER_FILES.copy_verified, path, manifest, into)
     except FileRefused as exc:
         if "refused" not in _said:
             _said.add("refused")
