@@ -3,9 +3,13 @@ copied chunk is checked, mappings are kept for the next rounds and dropped once 
 
 from __future__ import annotations
 
+import mmap
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,3 +112,26 @@ def test_an_address_is_of_this_host_when_we_can_bind_to_it() -> None:
     assert local_host("127.0.0.1")
     assert not local_host("192.0.2.1")  # TEST-NET-1: nobody's
     assert not local_host("not an address")
+
+
+def test_copies_of_one_file_at_once_keep_one_mapping_and_leak_no_descriptor(
+    sl_dir: Path, files: PeerFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared, manifest = _buffer_file(sl_dir, "weights-1")
+    both_mapped = threading.Barrier(2, timeout=10)
+    real_mmap = mmap.mmap
+
+    def mapped_by_both(*args: Any, **kwargs: Any) -> mmap.mmap:
+        mapping = real_mmap(*args, **kwargs)
+        both_mapped.wait()  # neither keeps its mapping before the other made one
+        return mapping
+
+    monkeypatch.setattr(mmap, "mmap", mapped_by_both)
+    open_before = len(os.listdir("/proc/self/fd"))
+    targets = [np.zeros(NBYTES, dtype=np.uint8) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda into: files.copy_verified(str(shared.path), manifest, into), targets))
+    assert all(np.array_equal(into, shared.array) for into in targets)
+    assert files.mapped_bytes == NBYTES
+    files.forget()
+    assert len(os.listdir("/proc/self/fd")) == open_before

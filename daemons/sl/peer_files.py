@@ -136,11 +136,13 @@ class PeerFiles:
             raise FileRefused(f"cannot map {path}: {exc}") from None
         view = np.frombuffer(mapping, dtype=np.uint8)  # the array keeps the mapping
         with self._lock:
-            self._mapped[key] = _Mapped(fd, view, path)
-            closing = self._drop_stale_and_oldest()
+            kept = self._mapped.get(key)  # mapped meanwhile by another copy of the same file
+            if kept is None:
+                self._mapped[key] = _Mapped(fd, view, path)
+            closing = [fd] if kept is not None else self._drop_stale_and_oldest()
         for old in closing:
             os.close(old)
-        return view
+        return view if kept is None else kept.view
 
     def _drop_stale_and_oldest(self) -> list[int]:
         """Forget the mappings of removed files, then the oldest beyond ``max_bytes``; their fds to close.
