@@ -27,7 +27,9 @@ from wire.shared import SharedBuffer
 
 log = logging.getLogger("swarm.sl.buffers")
 
-__all__ = ["MODEL_BUFFERS", "BufferPool"]
+__all__ = ["FILE_PREFIX", "MODEL_BUFFERS", "BufferPool"]
+
+FILE_PREFIX = "weights-"  # the names of the files the pool makes
 
 _MIN_POOLED = 1 << 20  # smaller buffers come cheaply from the heap
 
@@ -103,7 +105,7 @@ class BufferPool:
             return np.empty(nbytes, dtype=np.uint8)
         self._made += 1
         try:
-            shared = SharedBuffer.create(directory, f"weights-{self._made}", nbytes)
+            shared = SharedBuffer.create(directory, f"{FILE_PREFIX}{self._made}", nbytes)
         except (OSError, CodecError) as exc:
             del self._sharing[nbytes]  # said once; what is made already stays shared
             log.warning("no more weight buffers of %d bytes shared with the ML program: %s", nbytes, exc)

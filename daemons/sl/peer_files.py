@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from daemons.sl.buffers import FILE_PREFIX
+from daemons.sl.workdir import PREFIX as DIRECTORY_PREFIX
 from wire.errors import CodecError
 from wire.tensors import Manifest, chunk_digest
 from wire.workers import run_split, threads_for
@@ -40,8 +42,6 @@ __all__ = ["MAPPED_BYTES", "PEER_FILES", "FileRefused", "PeerFiles", "enabled", 
 
 MAPPED_BYTES = 2 << 30  # mappings of peers' files kept for the next rounds
 _MAX_PATH = 4096
-_DIRECTORY_PREFIX = "swarm-sl-"  # the SL's own directory (daemons.sl.node), where its pool makes files
-_FILE_PREFIX = "weights-"  # daemons.sl.buffers
 
 
 class FileRefused(Exception):
@@ -70,9 +70,9 @@ def checked_path(text: object) -> str:
     if not isinstance(text, str) or not 0 < len(text) <= _MAX_PATH or "\0" in text:
         raise CodecError(f"data plane: 'file' must be a path of 1..{_MAX_PATH} characters")
     path = Path(text)
-    if not path.is_absolute() or not path.name.startswith(_FILE_PREFIX):
+    if not path.is_absolute() or not path.name.startswith(FILE_PREFIX):
         raise CodecError(f"data plane: 'file' {text[:200]!r} is not an SL's weight buffer")
-    if not path.parent.name.startswith(_DIRECTORY_PREFIX) or ".." in path.parts:
+    if not path.parent.name.startswith(DIRECTORY_PREFIX) or ".." in path.parts:
         raise CodecError(f"data plane: 'file' {text[:200]!r} is not in an SL's directory")
     return text
 
@@ -81,7 +81,6 @@ def checked_path(text: object) -> str:
 class _Mapped:
     fd: int  # kept open: its link count says when the peer removed the file
     view: np.ndarray  # the whole file, read-only
-    path: str
 
 
 class PeerFiles:
@@ -138,7 +137,7 @@ class PeerFiles:
         with self._lock:
             kept = self._mapped.get(key)  # mapped meanwhile by another copy of the same file
             if kept is None:
-                self._mapped[key] = _Mapped(fd, view, path)
+                self._mapped[key] = _Mapped(fd, view)
             closing = [fd] if kept is not None else self._drop_stale_and_oldest()
         for old in closing:
             os.close(old)
