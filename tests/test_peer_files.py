@@ -57,7 +57,7 @@ def test_a_peers_buffer_is_copied_and_its_mapping_kept_until_the_file_goes(
     files.copy_verified(str(first.path), manifest, np.zeros(NBYTES, dtype=np.uint8))
     assert files.mapped_bytes == NBYTES  # mapped once for both copies
     second, other = _buffer_file(sl_dir, "weights-2", seed=1)
-    first.remove()
+    first.path.unlink()
     files.copy_verified(str(second.path), other, into)
     assert np.array_equal(into, second.array)
     assert files.mapped_bytes == NBYTES  # the removed file's mapping went with the next mapping

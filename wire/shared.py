@@ -62,10 +62,6 @@ class SharedBuffer:
         """The buffer the other side made at ``path`` (OSError/CodecError when it is not that)."""
         return cls(Path(path), nbytes, create=False)
 
-    def remove(self) -> None:
-        """Delete the file (the mappings stay valid until they are dropped)."""
-        self.path.unlink(missing_ok=True)
-
 
 def _reserve(fd: int, nbytes: int) -> None:
     """Size a new file and take its memory now: a full ``/dev/shm`` (64 MiB in a default container) then
