@@ -17,7 +17,7 @@ __all__ = ["INLINE_BYTES", "MAX_THREADS", "PARALLEL_BYTES", "cores", "cut", "run
 
 MAX_THREADS = 8
 PARALLEL_BYTES = 1 << 23  # a model of fewer bytes is hashed, screened and merged on one thread
-INLINE_BYTES = 2 << 20  # hashing or copying fewer bytes stays on the event loop: a hand-over costs more
+INLINE_BYTES = 2 << 20  # hashing, copying or merging fewer bytes stays on the event loop (cheaper)
 _BYTES_PER_THREAD = 1 << 22
 
 _T = TypeVar("_T")
