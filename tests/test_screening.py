@@ -191,3 +191,15 @@ def test_only_the_rounds_leader_may_fetch_a_nodes_checked_in_weights() -> None:
         "(sl-2) may"
     )
     assert "leader (none yet)" in str(fetch_refusal({"round": 5, "leader": None}, "sl-2", "sl-1", "c"))
+
+
+def test_only_a_cheap_merge_stays_on_the_event_loop() -> None:
+    """The weighted mean of a few small rows runs on the loop; larger or robust merges go to a thread."""
+    from daemons.sl.rounds import _merges_inline
+
+    small = 1_600_000
+    assert _merges_inline("mean", small, 4) and _merges_inline("MEAN", small, 5)
+    assert not _merges_inline("mean", small, 6)  # more than 8 MiB of rows to read
+    assert not _merges_inline("mean", 45_000_000, 2)
+    for robust in ("coordmedian", "geomedian", "trimmedmean", "krum"):
+        assert not _merges_inline(robust, small, 4)

@@ -205,6 +205,13 @@ def _merge_described(
     return flat, make_manifest(flat, "held")
 
 
+def _merges_inline(method: str, model_bytes: int, rows: int) -> bool:
+    """Whether a merge stays on the event loop: the weighted mean of rows of at most 4 x ``INLINE_BYTES``
+    (8 MiB) together, about 1 ms (4 rows of 1.6 MB). Handed to a worker thread, such a merge made the
+    round 1-3 ms longer; the robust methods cost 10-50 times as much per byte and always go to one."""
+    return method.lower() == "mean" and model_bytes * rows <= 4 * INLINE_BYTES
+
+
 class _CannotMerge(Exception):
     """Too few usable rows, or a merge that failed: the leader fails the round at once."""
 
@@ -1111,13 +1118,12 @@ class RoundEngine:
         layout: list[TensorLayout],
         own: FlatState,
     ) -> tuple[FlatState, Manifest]:
-        """``_merge_described`` of the rows ``keep`` indexes, with their weights: on the event loop for a
-        model of up to ``INLINE_BYTES`` (1.6 MB from 4 rows takes about 1 ms; handed to a worker thread,
-        the round took 1-3 ms longer), on a worker thread for a larger one."""
+        """``_merge_described`` of the rows ``keep`` indexes, with their weights: on the event loop when it
+        is cheap (``_merges_inline``), else on a worker thread."""
         factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
         kept_rows = rows if len(keep) == len(rows) else [rows[i] for i in keep]  # views, never a copy
         args = (kept_rows, layout, own.specs, factors, self.merge_method, self.merge_options)
-        if own.total <= INLINE_BYTES:
+        if _merges_inline(self.merge_method, own.total, len(keep)):
             return _merge_described(*args)
         return await asyncio.to_thread(_merge_described, *args)
 
