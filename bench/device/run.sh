@@ -4,8 +4,12 @@
 # outputs under $OUT (the device tool brings that folder back). Steps (default: all):
 #   tests   the GPU tests (page-locked buffer, staging, overlapped sync)
 #   rounds  bench/rounds.py: the sync round, 1.6 MB and 45 MB
-#   swarm   bench/swarm.py at the issue's size (4 x 15,000 samples, 10 epochs), blocking, syncFrequency 8
-# Example: the device tool's command `bash bench/device/run.sh tests rounds`.
+#   swarm   bench/swarm.py at the issue's size (4 x 15,000 samples, 10 epochs), blocking, syncFrequency 8;
+#           SWARM_ARGS replaces the last four arguments (e.g. "--sync-frequency 128 --sync-frequency 8
+#           --mode blocking": both frequencies took 297 s on an H200)
+# Example: the device tool's command `bash bench/device/run.sh tests rounds`. Another command there needs
+# this script's pip install and exports first: without that PATH the SN finds no mosquitto and falls back
+# to amqtt, which that machine lacks.
 set -u
 OUT=${OUT:-/tmp/device-out}
 mkdir -p "$OUT"
@@ -23,8 +27,9 @@ for step in $steps; do
     rounds)
       timeout 120 python3 bench/rounds.py 2>&1 | tee "$OUT/rounds.txt" | grep -E "^sync round" | cut -c1-600 ;;
     swarm)
-      timeout 400 python3 bench/swarm.py --per-node 15000 --epochs 10 --sync-frequency 8 --mode blocking \
-        2>&1 | tee "$OUT/swarm.txt" | grep -E "^overhead" | cut -c1-900 ;;
+      # shellcheck disable=SC2086 # SWARM_ARGS is a list of arguments
+      timeout 400 python3 bench/swarm.py --per-node 15000 --epochs 10 \
+        ${SWARM_ARGS:---sync-frequency 8 --mode blocking} 2>&1 | tee "$OUT/swarm.txt" | grep -E "^overhead" | cut -c1-900 ;;
     *) echo "no step $step (tests, rounds, swarm)" >&2 ;;
   esac
 done
