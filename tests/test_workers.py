@@ -102,3 +102,10 @@ def test_chunk_hashes_on_several_threads_are_each_chunks_own() -> None:
     chunks = [flat.buffer[i : i + (1 << 16)].tobytes() for i in range(0, flat.total, 1 << 16)]
     assert len(chunks) == 10
     assert list(manifest.chunks) == [chunk_digest(c) for c in chunks]
+
+
+async def test_small_work_runs_on_the_event_loop_and_large_work_on_a_worker_thread() -> None:
+    here = threading.get_ident()
+    assert await workers.off_loop_if_large(workers.INLINE_BYTES, threading.get_ident) == here
+    assert await workers.off_loop_if_large(workers.INLINE_BYTES + 1, threading.get_ident) != here
+    assert await workers.off_loop_if_large(100, threading.get_ident, limit=99) != here

@@ -7,13 +7,23 @@ stays on the calling thread, where handing it over would cost more than it saves
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
-__all__ = ["INLINE_BYTES", "MAX_THREADS", "PARALLEL_BYTES", "cores", "cut", "run_split", "threads_for"]
+__all__ = [
+    "INLINE_BYTES",
+    "MAX_THREADS",
+    "PARALLEL_BYTES",
+    "cores",
+    "cut",
+    "off_loop_if_large",
+    "run_split",
+    "threads_for",
+]
 
 MAX_THREADS = 8
 PARALLEL_BYTES = 1 << 23  # a model of fewer bytes is hashed, screened and merged on one thread
@@ -40,6 +50,14 @@ def threads_for(nbytes: int) -> int:
     if nbytes < PARALLEL_BYTES:
         return 1
     return max(1, min(cores(), MAX_THREADS, nbytes // _BYTES_PER_THREAD))
+
+
+async def off_loop_if_large(nbytes: int, fn: Callable[[], _R], *, limit: int = INLINE_BYTES) -> _R:
+    """``fn()``, work on ``nbytes``: on the calling event loop up to ``limit`` bytes (handing small work
+    to a thread costs more than it saves), else on a worker thread."""
+    if nbytes <= limit:
+        return fn()
+    return await asyncio.to_thread(fn)
 
 
 def _shared_pool() -> ThreadPoolExecutor:

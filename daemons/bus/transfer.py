@@ -16,6 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,7 +34,7 @@ from wire.tensors import (
     make_manifest,
     manifest_from_body,
 )
-from wire.workers import INLINE_BYTES
+from wire.workers import off_loop_if_large
 
 __all__ = ["FETCH_METHOD", "StateHolder", "TransferError", "digest_hex", "fetch_state", "publish_state"]
 
@@ -106,10 +107,7 @@ class StateHolder:
 
     async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
         """Hash ``flat`` (off the event loop unless it is small) and keep it servable; its manifest."""
-        if flat.total <= INLINE_BYTES:
-            manifest = make_manifest(flat, "held", meta=meta)
-        else:
-            manifest = await asyncio.to_thread(make_manifest, flat, "held", meta=meta)
+        manifest = await off_loop_if_large(flat.total, partial(make_manifest, flat, "held", meta=meta))
         self.keep(flat, manifest)
         return manifest
 

@@ -38,6 +38,7 @@ import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,7 @@ from daemons.sl.receive import receive_verified
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_body
-from wire.workers import INLINE_BYTES
+from wire.workers import off_loop_if_large
 
 __all__ = [
     "DataPlaneClient",
@@ -582,10 +583,7 @@ async def _copy_file(path: str, manifest: Manifest, into: np.ndarray) -> bool:
     ``manifest`` (CodecError when it does not match); False when the file is not one we open. The first
     of each is said once."""
     try:
-        if manifest.total <= INLINE_BYTES:
-            PEER_FILES.copy_verified(path, manifest, into)
-        else:
-            await asyncio.to_thread(PEER_FILES.copy_verified, path, manifest, into)
+        await off_loop_if_large(manifest.total, partial(PEER_FILES.copy_verified, path, manifest, into))
     except FileRefused as exc:
         if "refused" not in _said:
             _said.add("refused")

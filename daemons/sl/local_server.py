@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from daemons.sl.peer_files import PEER_FILES
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
 from wire.tensors import MAX_STATE_BYTES, FlatState
+from wire.workers import off_loop_if_large
 
 __all__ = ["LocalServer"]
 
@@ -191,10 +193,9 @@ class _SharedWeights:
     async def _take(self) -> tuple[np.ndarray, str] | None:
         """A free buffer of the pool and the name of its file; None when it is not a file (the pool
         shares no more of this size). A big new one is taken off the event loop (its memory is reserved)."""
-        if self.nbytes <= _COPY_INLINE:
-            buffer = MODEL_BUFFERS.take(self.nbytes)
-        else:
-            buffer = await asyncio.to_thread(MODEL_BUFFERS.take, self.nbytes)
+        buffer = await off_loop_if_large(
+            self.nbytes, partial(MODEL_BUFFERS.take, self.nbytes), limit=_COPY_INLINE
+        )
         path = MODEL_BUFFERS.file_of(buffer)
         return None if path is None else (buffer, str(path))
 
@@ -207,7 +208,4 @@ class _SharedWeights:
 
 async def _copy(source: np.ndarray, *, into: np.ndarray) -> None:
     """``source`` copied into ``into``; big ones off the event loop."""
-    if source.nbytes <= _COPY_INLINE:
-        np.copyto(into, source)
-    else:
-        await asyncio.to_thread(np.copyto, into, source)
+    await off_loop_if_large(source.nbytes, partial(np.copyto, into, source), limit=_COPY_INLINE)
