@@ -63,6 +63,27 @@ def test_epoch_ends_do_not_wait_for_the_ledger_to_record_their_progress(
     assert member.loss is not None  # the last epoch's validation loss, recorded with contract.done
 
 
+def test_a_merge_the_sn_holds_for_the_next_round_does_not_keep_a_finishing_node_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SN holds the round.merged of the last round before the final one for a round's close, here for
+    # up to 10 minutes: the leader's contract.done must not wait for it (it seals it).
+    monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "600")
+    held = start_sn(tmp_path / "sn")
+    try:
+        node = start_sl(held, "sl-1", tmp_path, MIN_PEERS=1, EPOCHS=2, BATCHES=4, SYNC_FREQ=2)
+        assert node.wait(timeout=90) == 0, node.output()[-3000:]
+        assert node.final_digest() is not None
+    finally:
+        held.stop()
+    ledger = Ledger.open(tmp_path / "sn" / "ledger.db", verifier=None)
+    try:
+        book = ledger.state.rounds[DEFAULT_CONTRACT]
+    finally:
+        ledger.close()
+    assert book.pending == () and all(r.status == "MERGED" for r in book.done), book
+
+
 def test_a_killed_node_is_skipped_and_the_rest_finish(sn: RunningSN, tmp_path: Path) -> None:
     slow = {"SLEEP_PER_BATCH": 0.15, "EPOCHS": 3, "MIN_PEERS": 2}
     nodes = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, **slow) for i in range(1, 4)]

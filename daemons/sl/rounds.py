@@ -171,6 +171,15 @@ async def _settled(task: asyncio.Task[RoundResult] | None) -> None:
         log.warning("following an earlier round failed: %s", exc)
 
 
+def _still_sealing(recording: asyncio.Task[None]) -> bool:
+    """Whether a ``round.merged`` we submitted waits for its block still; a failure is logged once done."""
+    if not recording.done():
+        return True
+    if not recording.cancelled() and recording.exception() is not None:
+        log.error("recording one of our merges failed: %r", recording.exception())
+    return False
+
+
 async def _early_result(merging: asyncio.Task[_EarlyMerge | None]) -> RoundResult | None:
     """Our early merge as a round result (None when it could not be made)."""
     try:
@@ -333,7 +342,7 @@ class RoundEngine:
         self._timer = RoundTimer()
         self._last_close: tuple[int, tuple[str, ...], str] | None = None  # round, participants, leader
         self._led_rounds: list[int] = []  # the rounds this node led lately (each at most once)
-        self._recording: asyncio.Task[None] | None = None  # our last merge's round.merged, being sealed
+        self._recordings: list[asyncio.Task[None]] = []  # our merges' round.merged, being sealed
         self._unconfirmed: dict[int, str] = {}  # round -> the merged digest taken before the ledger's
         self._prefetch: _Prefetch | None = None
         # as the predicted leader of a round: the prediction and our merge of the rows pushed for it
@@ -385,8 +394,10 @@ class RoundEngine:
 
     async def finish(self, flat: FlatState, *, mode: str, samples: int, weight: float) -> RoundResult:
         """Training is over here: keep contributing ``mode``'s model until the final round merges."""
-        await self._settle()
+        await self._settle_following()
+        # contract.done is sealed at once, with the round.merged of ours the SN holds for a round's close
         await self.ledger.submit("contract.done", {"contract": self.contract, "mode": mode})
+        await self._settle_recording()
         own = self.latest.flat if mode == "active" and self.latest is not None else flat
         weight = 0.0 if mode == "inactive" else weight
         async with self.ledger.watch("round", self.contract, keep=True) as watch:
@@ -545,8 +556,9 @@ class RoundEngine:
             view: dict[str, Any] = {}
             if receipt.get("duplicate"):
                 view = await self.ledger.query("contract.rounds", name=self.contract)
-            await _settled(part.previous)  # the last round, followed to its close
-            await self._settle_recording()  # the last round's round.merged, sealed meanwhile
+            # The last round, followed to its close. Not its round.merged: the SN seals that with a later
+            # round's close (sealer.py), which may need a check-in that comes after this round's result.
+            await _settled(part.previous)
             leading: asyncio.Task[RoundResult | None] | None = None
             try:
                 while True:
@@ -971,9 +983,10 @@ class RoundEngine:
                 log.warning("SWARM_DEBUG_KILL_AFTER_MERGED: dying right after recording the final merge")
                 os.kill(os.getpid(), signal.SIGKILL)
             return None
-        # The round's model is ours: go on with it while the ledger seals round.merged (awaited when
-        # the next round has checked in, see _settle).
-        self._recording = asyncio.get_running_loop().create_task(self._record(body))
+        # The round's model is ours: go on with it while the ledger seals round.merged (with the next
+        # round's close; awaited at the end, see _settle).
+        self._recordings = [task for task in self._recordings if _still_sealing(task)]
+        self._recordings.append(asyncio.get_running_loop().create_task(self._record(body)))
         if not going_on:
             return None
         result = RoundResult(merged, manifest.digest.hex(), number)
@@ -1012,16 +1025,20 @@ class RoundEngine:
         log.info("round %d merged from %d models: %s", number, len(body["contributors"]), body["digest"][:16])
 
     async def _settle(self) -> None:
-        """Wait until our last check-in was followed to its close and the ``round.merged`` of our last
-        merge is sealed (or refused)."""
-        following, self._following = self._following, None
-        await _settled(following[1] if following else None)
+        """Wait until our last check-in was followed to its close and the ``round.merged`` of each of
+        our merges is sealed (or refused)."""
+        await self._settle_following()
         await self._settle_recording()
 
+    async def _settle_following(self) -> None:
+        """Wait until our last check-in was followed to its close."""
+        following, self._following = self._following, None
+        await _settled(following[1] if following else None)
+
     async def _settle_recording(self) -> None:
-        """Wait until the ``round.merged`` of our last merge is sealed (or refused)."""
-        recording, self._recording = self._recording, None
-        if recording is not None:
+        """Wait until the ``round.merged`` of each of our merges is sealed (or refused)."""
+        recordings, self._recordings = self._recordings, []
+        for recording in recordings:
             await recording
 
     async def _fail(self, number: int, failure: _CannotMerge) -> None:
