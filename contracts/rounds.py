@@ -29,6 +29,7 @@ __all__ = [
     "leader_timeout",
     "member_offline",
     "merged",
+    "record_may_wait",
     "refresh_open_round",
     "round_rules",
     "skip_straggler",
@@ -142,6 +143,13 @@ def completes_round(state: State, name: str, senders: Iterable[str]) -> bool:
     uids = set(rnd.checkins) | (set(senders) & members)
     all_in = bool(members) and members <= uids
     return all_in and (rnd.final or len(uids) >= round_rules(expected).min_peers)
+
+
+def record_may_wait(state: State, name: str, number: int) -> bool:
+    """Whether the ``round.merged`` of round ``number`` of ``name`` may wait for the next round's close
+    (sealed in its block): the round waits for its merge and is neither the final one, whose digest
+    every node waits for, nor the init round, whose model a node that joins later starts from."""
+    return any(rnd.number == number and not rnd.final and not rnd.init for rnd in _book(state, name).pending)
 
 
 def checkin(state: State, tx: Tx) -> State:

@@ -1,6 +1,7 @@
-"""One durable write for a round's start: the SN holds check-ins until their round can close and seals
-them with its ``round.close`` in one block (a real ledger, a real mosquitto for the sealer's events; a real
-``swarm sn`` for a swarm larger than the requests an RPC server answers at once)."""
+"""One durable write per round: the SN holds check-ins until their round can close and seals them with its
+``round.close``, and the last round's ``round.merged``, in one block (a real ledger, a real mosquitto for
+the sealer's events; a real ``swarm sn`` for a swarm larger than the requests an RPC server answers at
+once)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from contracts.devkeys import DevAuthority, DevSigner
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import DEFAULT_CONTRACT, due_actions
-from contracts.rounds import completes_round
+from contracts.rounds import completes_round, record_may_wait
 from contracts.state import State
 from daemons.ledger_client import LedgerClient
 from daemons.sn.sealer import Sealer
@@ -125,6 +126,96 @@ async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, m
             outcome = await sealer.submit(_checkin(SLS[0]))
             assert isinstance(outcome, Accepted) and outcome.receipt["round"] == 1
             assert "sl0" in ledger.state.rounds[C].open.checkins  # type: ignore[union-attr]
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            ledger.close()
+
+
+def _merged(ledger: Ledger, number: int) -> bytes:
+    """The leader's ``round.merged`` of pending round ``number``."""
+    rnd = next(r for r in ledger.state.rounds[C].pending if r.number == number)
+    leader = next(sl for sl in SLS if sl.uid == rnd.leader)
+    body = {"contract": C, "round": number, "digest": "ab" * 32, "contributors": list(rnd.participants),
+            "excluded": []}  # fmt: skip
+    return _env(leader, "round.merged", body)
+
+
+def _closed_round(ledger: Ledger, now: float, *, final: bool = False) -> int:
+    """Every member checks in to the open round (made final first when ``final``), which closes."""
+    if final:
+        done = [_env(sl, "contract.done", {"contract": C}) for sl in SLS]
+        assert all(
+            isinstance(r, Accepted) for r in ledger.seal(done, sealer=SN, sealer_uid="sn1", now=now).results
+        )
+    result = ledger.seal(
+        [_checkin(sl) for sl in SLS], sealer=SN, sealer_uid="sn1", now=now, follow_up=_closes
+    )
+    assert all(isinstance(r, Accepted) for r in result.results), result.results
+    return int(ledger.state.rounds[C].pending[-1].number)
+
+
+def test_only_the_merge_of_a_round_that_is_not_final_may_wait(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    first = _closed_round(ledger, 300.0)
+    assert record_may_wait(ledger.state, C, first)
+    assert not record_may_wait(ledger.state, C, first + 1)  # open, not waiting for a merge
+    assert not record_may_wait(ledger.state, "no-such-contract", first)
+    ledger.seal([_merged(ledger, first)], sealer=SN, sealer_uid="sn1", now=301.0)
+    assert not record_may_wait(ledger.state, C, first)  # merged already
+    final = _closed_round(ledger, 302.0, final=True)
+    assert not record_may_wait(ledger.state, C, final)
+    ledger.close()
+
+
+def test_the_merge_of_an_init_round_does_not_wait(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    digest = "cd" * 32
+    init = [
+        _env(sl, "round.checkin", {"contract": C, "digest": digest, "samples": 10, "init": True})
+        for sl in SLS
+    ]
+    result = ledger.seal(init, sealer=SN, sealer_uid="sn1", now=300.0, follow_up=_closes)
+    assert all(isinstance(r, Accepted) for r in result.results), result.results
+    (rnd,) = ledger.state.rounds[C].pending
+    assert rnd.init and not record_may_wait(ledger.state, C, rnd.number)
+    ledger.close()
+
+
+async def test_a_merge_is_sealed_with_the_next_rounds_close(tmp_path: Path, make_bus: MakeBus) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    first = _closed_round(ledger, 300.0)
+    start = ledger.height
+    async with make_bus("sn1", "sn") as bus:
+        sealer = Sealer(ledger, bus, SN, hold=60.0)
+        runner = asyncio.create_task(sealer.run())
+        try:
+            merged = asyncio.create_task(sealer.submit(_merged(ledger, first)))
+            await asyncio.sleep(0.3)
+            assert not merged.done()  # held for the next round's close
+            outcomes = await asyncio.gather(*(sealer.submit(_checkin(sl)) for sl in SLS))
+            assert all(isinstance(o, Accepted) for o in outcomes), outcomes
+            assert isinstance(await merged, Accepted)
+            assert ledger.height == start + 1  # the merge, three check-ins and the close: one block
+            book = ledger.state.rounds[C]
+            assert [r.number for r in book.done] == [first] and book.done[0].status == "MERGED"
+            assert [r.number for r in book.pending] == [first + 1]
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            ledger.close()
+
+
+async def test_the_merge_of_the_final_round_is_sealed_at_once(tmp_path: Path, make_bus: MakeBus) -> None:
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    final = _closed_round(ledger, 300.0, final=True)
+    async with make_bus("sn1", "sn") as bus:
+        sealer = Sealer(ledger, bus, SN, hold=60.0)
+        runner = asyncio.create_task(sealer.run())
+        try:
+            outcome = await asyncio.wait_for(sealer.submit(_merged(ledger, final)), timeout=10)
+            assert isinstance(outcome, Accepted)
+            assert ledger.state.contracts[C].final_digest == "ab" * 32
         finally:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)

@@ -4,10 +4,11 @@ Sealing (decode, verify signatures, apply, SQLite commit with fsync) runs in a w
 event loop keeps answering queries and pings while a block is written. After each block the SN
 publishes one event per changed entity and the raw block for replicas.
 
-One durable write per round's start: round check-ins and progress reports are held (not answered) for
-up to ``hold`` seconds, until the held check-ins let their round close; they are then sealed in one
-block with the ``round.close`` that they make due. Any other transaction, or the end of the hold,
-seals what is held at once, in arrival order.
+One durable write per round: round check-ins and progress reports are held (not answered) for up to
+``hold`` seconds, until the held check-ins let their round close; they are then sealed in one block
+with the ``round.close`` that they make due. The leader's ``round.merged`` of the round before (not a
+final one) waits with them, so a round's close and the last round's merge share one block. Any other
+transaction, or the end of the hold, seals what is held at once, in arrival order.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from contracts.blockstore import StorageError
 from contracts.ledger import Accepted, Ledger, SealResult
 from contracts.machine import due_actions
-from contracts.rounds import completes_round
+from contracts.rounds import completes_round, record_may_wait
 from contracts.state import State
 from contracts.tx import Rejection
 from contracts.views import entity_view
@@ -42,6 +43,7 @@ MAX_BATCH = 2000
 REQUESTS_AT_ONCE = MAX_BATCH
 DEFAULT_HOLD = 0.5  # seconds a check-in may wait for the rest of its round (SWARM_SN_CHECKIN_HOLD)
 _DEFERRABLE = ("tx:round.checkin", "tx:contract.progress")
+_MERGED = "tx:round.merged"
 
 OnBlock = Callable[[SealResult], Awaitable[None]]
 
@@ -71,6 +73,7 @@ class _Pending:
     kind: str = ""
     sender: str = ""
     contract: str = ""
+    round: int | None = None
 
     def __post_init__(self) -> None:
         """What the hold needs to know, read without verifying (sealing verifies)."""
@@ -79,13 +82,18 @@ class _Pending:
         except CodecError:
             return
         self.kind, self.sender = env.kind, env.sender
-        contract = env.body.get("contract")
+        contract, number = env.body.get("contract"), env.body.get("round")
         self.contract = contract if isinstance(contract, str) else ""
+        self.round = number if type(number) is int else None
 
-    @property
-    def deferrable(self) -> bool:
-        """A check-in or a progress report, which may wait for the rest of its round."""
-        return self.kind in _DEFERRABLE and bool(self.contract)
+    def deferrable(self, state: State) -> bool:
+        """A check-in or a progress report, which may wait for the rest of its round; or the merge of a
+        round that is not final, which may wait for the next round's close."""
+        if not self.contract:
+            return False
+        if self.kind == _MERGED:
+            return self.round is not None and record_may_wait(state, self.contract, self.round)
+        return self.kind in _DEFERRABLE
 
 
 def hold_from_env() -> float:
@@ -157,7 +165,7 @@ class Sealer:
                 await self._announce(result)
 
     async def _next_batch(self) -> list[_Pending]:
-        """What arrived, in order; check-ins and progress reports held until their round can close."""
+        """What arrived, in order; check-ins, progress reports and a merge held until a round can close."""
         batch: list[_Pending] = []
         loop = asyncio.get_running_loop()
         until: float | None = None
@@ -169,7 +177,8 @@ class Sealer:
                 return batch  # held long enough: seal them as they are
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            if self.hold <= 0 or len(batch) >= MAX_BATCH or not all(p.deferrable for p in batch):
+            state = self.ledger.state
+            if self.hold <= 0 or len(batch) >= MAX_BATCH or not all(p.deferrable(state) for p in batch):
                 return batch
             if self._closes_a_round(batch):
                 return batch
