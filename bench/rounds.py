@@ -5,8 +5,9 @@ numpy model, no training time, each node changing its model its own way), sync `
 round's latency is the time between the moments the last node got the merged model of round k-1 and of
 round k (the median over rounds 2..R; the note gives their mean, slow rounds included): check-ins and
 close on the ledger (one durable block), 3 models pushed to the predicted leader over the SLs' data
-plane meanwhile, the mean merge, the result sent to the 3 peers (the leader's ``round.merged`` is sealed
-meanwhile, except in the final round), and the ML<->SL socket hops. The floor measured in the same
+plane meanwhile, the mean merge, the result sent to the 3 peers (the SN holds the leader's
+``round.merged`` and seals it with the next round's close, except in the final round), and the ML<->SL
+socket hops. The floor measured in the same
 run: the 6 model copies any round must move (3 to the leader, 3 back) over raw loopback TCP.
 
 The note says where the time went: the CPU one round costs all processes together (the CPU every
