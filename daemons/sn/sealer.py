@@ -6,9 +6,9 @@ publishes one event per changed entity and the raw block for replicas.
 
 One durable write per round: round check-ins and progress reports are held (not answered) for up to
 ``hold`` seconds, until the held check-ins let their round close; they are then sealed in one block
-with the ``round.close`` that they make due. The leader's ``round.merged`` of the round before (not a
-final one) waits with them, so a round's close and the last round's merge share one block. Any other
-transaction, or the end of the hold, seals what is held at once, in arrival order.
+with the ``round.close`` that they make due. A leader's ``round.merged`` (but the final or the init
+round's) waits with them, so a round's close and the merge of the round before share one block. Any
+other transaction, or the end of the hold, seals what is held at once, in arrival order.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ class _Pending:
         self.round = number if type(number) is int else None
 
     def deferrable(self, state: State) -> bool:
-        """A check-in or a progress report, which may wait for the rest of its round; or the merge of a
-        round that is not final, which may wait for the next round's close."""
+        """A check-in or a progress report, which may wait for the rest of its round; or a merge that
+        may wait for the next round's close (``record_may_wait``: not the final or the init round's)."""
         if not self.contract:
             return False
         if self.kind == _MERGED:
