@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,20 @@ def _closes(state: State, time: float) -> list[bytes]:
     return [_env(SN, kind, body) for kind, body in actions if kind == "round.close"]
 
 
+@asynccontextmanager
+async def _sealing(ledger: Ledger, make_bus: MakeBus, *, hold: float) -> AsyncIterator[Sealer]:
+    """A sealer of ``ledger`` that holds for ``hold`` s, running; the ledger is closed after it."""
+    async with make_bus("sn1", "sn") as bus:
+        sealer = Sealer(ledger, bus, SN, hold=hold)
+        runner = asyncio.create_task(sealer.run())
+        try:
+            yield sealer
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            ledger.close()
+
+
 def test_a_round_completes_only_with_every_expected_member(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path / "ledger.db", SLS[:2])
     state = ledger.state
@@ -88,48 +103,34 @@ async def test_the_sealer_holds_checkins_until_their_round_can_close(
 ) -> None:
     ledger = _ledger(tmp_path / "ledger.db", SLS)
     start = ledger.height
-    async with make_bus("sn1", "sn") as bus:
-        sealer = Sealer(ledger, bus, SN, hold=60.0)
-        runner = asyncio.create_task(sealer.run())
-        try:
-            first = asyncio.create_task(sealer.submit(_checkin(SLS[0])))
-            second = asyncio.create_task(sealer.submit(_checkin(SLS[1])))
-            await asyncio.sleep(0.3)
-            assert not first.done() and not second.done()  # held: sl2 is expected too
-            last = await sealer.submit(_checkin(SLS[2]))
-            assert isinstance(last, Accepted) and isinstance(await first, Accepted)
-            assert ledger.height == start + 1  # three check-ins and the close: one block
-            assert ledger.state.rounds[C].pending[0].participants == ("sl0", "sl1", "sl2")
+    async with _sealing(ledger, make_bus, hold=60.0) as sealer:
+        first = asyncio.create_task(sealer.submit(_checkin(SLS[0])))
+        second = asyncio.create_task(sealer.submit(_checkin(SLS[1])))
+        await asyncio.sleep(0.3)
+        assert not first.done() and not second.done()  # held: sl2 is expected too
+        last = await sealer.submit(_checkin(SLS[2]))
+        assert isinstance(last, Accepted) and isinstance(await first, Accepted)
+        assert ledger.height == start + 1  # three check-ins and the close: one block
+        assert ledger.state.rounds[C].pending[0].participants == ("sl0", "sl1", "sl2")
 
-            held = asyncio.create_task(sealer.submit(_checkin(SLS[0])))
-            await asyncio.sleep(0.3)
-            assert not held.done()
-            report = _env(SLS[1], "contract.progress", {"contract": C, "epochs_done": 1, "total_epochs": 2})
-            progress = asyncio.create_task(sealer.submit(report))
-            await asyncio.sleep(0.3)
-            assert not progress.done()  # a progress report waits with the check-in
-            leave = _env(SLS[2], "contract.done", {"contract": C})
-            assert isinstance(await sealer.submit(leave), Accepted)  # not held: it seals what waits
-            assert isinstance(await held, Accepted) and isinstance(await progress, Accepted)
-        finally:
-            runner.cancel()
-            await asyncio.gather(runner, return_exceptions=True)
-            ledger.close()
+        held = asyncio.create_task(sealer.submit(_checkin(SLS[0])))
+        await asyncio.sleep(0.3)
+        assert not held.done()
+        report = _env(SLS[1], "contract.progress", {"contract": C, "epochs_done": 1, "total_epochs": 2})
+        progress = asyncio.create_task(sealer.submit(report))
+        await asyncio.sleep(0.3)
+        assert not progress.done()  # a progress report waits with the check-in
+        leave = _env(SLS[2], "contract.done", {"contract": C})
+        assert isinstance(await sealer.submit(leave), Accepted)  # not held: it seals what waits
+        assert isinstance(await held, Accepted) and isinstance(await progress, Accepted)
 
 
 async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, make_bus: MakeBus) -> None:
     ledger = _ledger(tmp_path / "ledger.db", SLS)
-    async with make_bus("sn1", "sn") as bus:
-        sealer = Sealer(ledger, bus, SN, hold=0.2)
-        runner = asyncio.create_task(sealer.run())
-        try:
-            outcome = await sealer.submit(_checkin(SLS[0]))
-            assert isinstance(outcome, Accepted) and outcome.receipt["round"] == 1
-            assert "sl0" in ledger.state.rounds[C].open.checkins  # type: ignore[union-attr]
-        finally:
-            runner.cancel()
-            await asyncio.gather(runner, return_exceptions=True)
-            ledger.close()
+    async with _sealing(ledger, make_bus, hold=0.2) as sealer:
+        outcome = await sealer.submit(_checkin(SLS[0]))
+        assert isinstance(outcome, Accepted) and outcome.receipt["round"] == 1
+        assert "sl0" in ledger.state.rounds[C].open.checkins  # type: ignore[union-attr]
 
 
 def _merged(ledger: Ledger, number: int) -> bytes:
@@ -186,40 +187,26 @@ async def test_a_merge_is_sealed_with_the_next_rounds_close(tmp_path: Path, make
     ledger = _ledger(tmp_path / "ledger.db", SLS)
     first = _closed_round(ledger, 300.0)
     start = ledger.height
-    async with make_bus("sn1", "sn") as bus:
-        sealer = Sealer(ledger, bus, SN, hold=60.0)
-        runner = asyncio.create_task(sealer.run())
-        try:
-            merged = asyncio.create_task(sealer.submit(_merged(ledger, first)))
-            await asyncio.sleep(0.3)
-            assert not merged.done()  # held for the next round's close
-            outcomes = await asyncio.gather(*(sealer.submit(_checkin(sl)) for sl in SLS))
-            assert all(isinstance(o, Accepted) for o in outcomes), outcomes
-            assert isinstance(await merged, Accepted)
-            assert ledger.height == start + 1  # the merge, three check-ins and the close: one block
-            book = ledger.state.rounds[C]
-            assert [r.number for r in book.done] == [first] and book.done[0].status == "MERGED"
-            assert [r.number for r in book.pending] == [first + 1]
-        finally:
-            runner.cancel()
-            await asyncio.gather(runner, return_exceptions=True)
-            ledger.close()
+    async with _sealing(ledger, make_bus, hold=60.0) as sealer:
+        merged = asyncio.create_task(sealer.submit(_merged(ledger, first)))
+        await asyncio.sleep(0.3)
+        assert not merged.done()  # held for the next round's close
+        outcomes = await asyncio.gather(*(sealer.submit(_checkin(sl)) for sl in SLS))
+        assert all(isinstance(o, Accepted) for o in outcomes), outcomes
+        assert isinstance(await merged, Accepted)
+        assert ledger.height == start + 1  # the merge, three check-ins and the close: one block
+        book = ledger.state.rounds[C]
+        assert [r.number for r in book.done] == [first] and book.done[0].status == "MERGED"
+        assert [r.number for r in book.pending] == [first + 1]
 
 
 async def test_the_merge_of_the_final_round_is_sealed_at_once(tmp_path: Path, make_bus: MakeBus) -> None:
     ledger = _ledger(tmp_path / "ledger.db", SLS)
     final = _closed_round(ledger, 300.0, final=True)
-    async with make_bus("sn1", "sn") as bus:
-        sealer = Sealer(ledger, bus, SN, hold=60.0)
-        runner = asyncio.create_task(sealer.run())
-        try:
-            outcome = await asyncio.wait_for(sealer.submit(_merged(ledger, final)), timeout=10)
-            assert isinstance(outcome, Accepted)
-            assert ledger.state.contracts[C].final_digest == "ab" * 32
-        finally:
-            runner.cancel()
-            await asyncio.gather(runner, return_exceptions=True)
-            ledger.close()
+    async with _sealing(ledger, make_bus, hold=60.0) as sealer:
+        outcome = await asyncio.wait_for(sealer.submit(_merged(ledger, final)), timeout=10)
+        assert isinstance(outcome, Accepted)
+        assert ledger.state.contracts[C].final_digest == "ab" * 32
 
 
 SWARM_OF_40 = [f"sl{i:02d}" for i in range(40)]  # more than the 32 requests an RPC server answers at once

@@ -10,6 +10,7 @@ import pytest
 
 from contracts.ledger import Ledger
 from contracts.machine import DEFAULT_CONTRACT
+from contracts.state import State
 from daemons.bus import Bus, BusConfig
 from daemons.ledger_client import LedgerClient
 from tests.conftest import RunningSN, start_sn
@@ -41,24 +42,35 @@ def test_three_nodes_finish_with_the_same_model(sn: RunningSN, tmp_path: Path) -
         assert (tmp_path / node.uid / "scratch" / "final_model.pt").exists()
 
 
-def test_epoch_ends_do_not_wait_for_the_ledger_to_record_their_progress(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The SN holds a progress report until a round closes, here for up to 10 minutes: an ML program
-    # waiting at each epoch's end for its report would not finish within the wait below.
+def _alone_under_a_long_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, epochs: int, sync_frequency: int
+) -> State:
+    """One node trains to its end under an SN that holds check-ins for up to 10 minutes (within 90 s,
+    or the test fails); the ledger's state after it."""
     monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "600")
     held = start_sn(tmp_path / "sn")
     try:
-        node = start_sl(held, "sl-1", tmp_path, MIN_PEERS=1, EPOCHS=3, BATCHES=4, SYNC_FREQ=100)
+        node = start_sl(
+            held, "sl-1", tmp_path, MIN_PEERS=1, BATCHES=4, EPOCHS=epochs, SYNC_FREQ=sync_frequency
+        )
         assert node.wait(timeout=90) == 0, node.output()[-3000:]
         assert node.final_digest() is not None
     finally:
         held.stop()
     ledger = Ledger.open(tmp_path / "sn" / "ledger.db", verifier=None)
     try:
-        member = ledger.state.contracts[DEFAULT_CONTRACT].members["sl-1"]
+        return ledger.state
     finally:
         ledger.close()
+
+
+def test_epoch_ends_do_not_wait_for_the_ledger_to_record_their_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SN holds a progress report until a round closes: an ML program waiting at each epoch's end
+    # for its report would not finish within the wait.
+    state = _alone_under_a_long_hold(tmp_path, monkeypatch, epochs=3, sync_frequency=100)
+    member = state.contracts[DEFAULT_CONTRACT].members["sl-1"]
     assert (member.epochs_done, member.total_epochs, member.status) == (3, 3, "finished")
     assert member.loss is not None  # the last epoch's validation loss, recorded with contract.done
 
@@ -66,21 +78,10 @@ def test_epoch_ends_do_not_wait_for_the_ledger_to_record_their_progress(
 def test_a_merge_the_sn_holds_for_the_next_round_does_not_keep_a_finishing_node_waiting(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The SN holds the round.merged of the last round before the final one for a round's close, here for
-    # up to 10 minutes: the leader's contract.done must not wait for it (it seals it).
-    monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "600")
-    held = start_sn(tmp_path / "sn")
-    try:
-        node = start_sl(held, "sl-1", tmp_path, MIN_PEERS=1, EPOCHS=2, BATCHES=4, SYNC_FREQ=2)
-        assert node.wait(timeout=90) == 0, node.output()[-3000:]
-        assert node.final_digest() is not None
-    finally:
-        held.stop()
-    ledger = Ledger.open(tmp_path / "sn" / "ledger.db", verifier=None)
-    try:
-        book = ledger.state.rounds[DEFAULT_CONTRACT]
-    finally:
-        ledger.close()
+    # The SN holds the round.merged of the last round before the final one for a round's close: the
+    # leader's contract.done must not wait for it (it seals it).
+    state = _alone_under_a_long_hold(tmp_path, monkeypatch, epochs=2, sync_frequency=2)
+    book = state.rounds[DEFAULT_CONTRACT]
     assert book.pending == () and all(r.status == "MERGED" for r in book.done), book
 
 
