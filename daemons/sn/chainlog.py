@@ -12,9 +12,11 @@ revision every third of the lease. Every SN follows the stream into its own SQLi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator
 from types import TracebackType
 
@@ -26,10 +28,12 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
-__all__ = ["ChainLog", "ChainLogError", "Fenced"]
+__all__ = ["JETSTREAM_READY_WAIT", "ChainLog", "ChainLogError", "Fenced"]
 
 log = logging.getLogger("swarm.sn.chainlog")
 _LEASE_KEY = "sealer"
+JETSTREAM_READY_WAIT = 30.0  # seconds an SN waits at its start for a cluster's JetStream to answer
+_READY_RETRY = 1.0
 _WRONG_LAST_SEQUENCE = 10071
 
 
@@ -82,8 +86,7 @@ class ChainLog:
                 allow_reconnect=True,
             )
             self._js = self._nc.jetstream(timeout=5)
-            await self._ensure_stream()
-            self._kv = await self._ensure_lease_bucket()
+            await self._set_up()
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             await self.close()
             raise ChainLogError(f"cannot use the NATS cluster at {', '.join(self.servers)}: {exc}") from None
@@ -104,6 +107,23 @@ class ChainLog:
         """The JetStream context."""
         assert self._js is not None  # noqa: S101 - set on entry
         return self._js
+
+    async def _set_up(self) -> None:
+        """The chain's stream and the lease bucket, made when missing. A cluster that has just started
+        answers JetStream requests only once its nodes have chosen a leader for its metadata: until
+        then a request times out or is refused as unavailable, and is sent again, for up to
+        ``JETSTREAM_READY_WAIT`` seconds."""
+        deadline = time.monotonic() + JETSTREAM_READY_WAIT
+        while True:
+            try:
+                await self._ensure_stream()
+                self._kv = await self._ensure_lease_bucket()
+                return
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
+                if time.monotonic() + _READY_RETRY > deadline:
+                    raise
+                log.warning("the NATS cluster's JetStream does not answer yet (%s); asking again", exc)
+                await asyncio.sleep(_READY_RETRY)
 
     async def _ensure_stream(self) -> None:
         config = StreamConfig(
