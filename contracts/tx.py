@@ -237,6 +237,7 @@ KINDS: Mapping[str, KindSpec] = {
             "digest": f.Field(f.digest),
             "contributors": f.Field(f.uid_list),
             "excluded": f.Field(_excluded, ()),
+            "taken": f.Field(f.boolean, False),  # every other participant holds the merge already
         },
     ),
     "round.failed": KindSpec(

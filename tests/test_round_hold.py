@@ -133,12 +133,13 @@ async def test_a_hold_ends_after_its_time_and_seals_what_waits(tmp_path: Path, m
         assert "sl0" in ledger.state.rounds[C].open.checkins  # type: ignore[union-attr]
 
 
-def _merged(ledger: Ledger, number: int) -> bytes:
-    """The leader's ``round.merged`` of pending round ``number``."""
+def _merged(ledger: Ledger, number: int, *, taken: bool = True) -> bytes:
+    """The leader's ``round.merged`` of pending round ``number``; ``taken``: every other participant
+    holds the merge already."""
     rnd = next(r for r in ledger.state.rounds[C].pending if r.number == number)
     leader = next(sl for sl in SLS if sl.uid == rnd.leader)
     body = {"contract": C, "round": number, "digest": "ab" * 32, "contributors": list(rnd.participants),
-            "excluded": []}  # fmt: skip
+            "excluded": [], "taken": taken}  # fmt: skip
     return _env(leader, "round.merged", body)
 
 
@@ -198,6 +199,17 @@ async def test_a_merge_is_sealed_with_the_next_rounds_close(tmp_path: Path, make
         book = ledger.state.rounds[C]
         assert [r.number for r in book.done] == [first] and book.done[0].status == "MERGED"
         assert [r.number for r in book.pending] == [first + 1]
+
+
+async def test_a_merge_a_participant_still_needs_is_sealed_at_once(tmp_path: Path, make_bus: MakeBus) -> None:
+    """A participant that did not take the merge from the leader (no data plane, or it went on late)
+    waits for the ledger's record before its next check-in: holding it would stall the next round."""
+    ledger = _ledger(tmp_path / "ledger.db", SLS)
+    first = _closed_round(ledger, 300.0)
+    async with _sealing(ledger, make_bus, hold=60.0) as sealer:
+        outcome = await asyncio.wait_for(sealer.submit(_merged(ledger, first, taken=False)), timeout=10)
+        assert isinstance(outcome, Accepted)
+        assert ledger.state.rounds[C].done[-1].status == "MERGED"
 
 
 async def test_the_merge_of_the_final_round_is_sealed_at_once(tmp_path: Path, make_bus: MakeBus) -> None:

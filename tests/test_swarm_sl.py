@@ -85,6 +85,26 @@ def test_a_merge_the_sn_holds_for_the_next_round_does_not_keep_a_finishing_node_
     assert book.pending == () and all(r.status == "MERGED" for r in book.done), book
 
 
+def test_without_the_data_plane_a_round_does_not_wait_for_a_held_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the data plane a participant pulls the merge once the ledger records it: the leader's
+    # round.merged must not wait in the SN's hold (here up to 10 minutes) for a close that needs the
+    # participant's next check-in.
+    monkeypatch.setenv("SWARM_SN_CHECKIN_HOLD", "600")
+    monkeypatch.setenv("SWARM_DATAPLANE", "off")
+    held = start_sn(tmp_path / "sn")
+    try:
+        nodes = [
+            start_sl(held, f"sl-{i}", tmp_path, SEED=i, MIN_PEERS=2, EPOCHS=2, BATCHES=4, SYNC_FREQ=2)
+            for i in (1, 2)
+        ]
+        assert [node.wait(timeout=90) for node in nodes] == [0, 0], [n.output()[-2000:] for n in nodes]
+        assert nodes[0].final_digest() == nodes[1].final_digest() is not None
+    finally:
+        held.stop()
+
+
 def test_a_killed_node_is_skipped_and_the_rest_finish(sn: RunningSN, tmp_path: Path) -> None:
     slow = {"SLEEP_PER_BATCH": 0.15, "EPOCHS": 3, "MIN_PEERS": 2}
     nodes = [start_sl(sn, f"sl-{i}", tmp_path, SEED=i, **slow) for i in range(1, 4)]

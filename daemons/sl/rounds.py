@@ -973,6 +973,7 @@ class RoundEngine:
             "digest": manifest.digest.hex(),
             "contributors": contributors,
             "excluded": [e.wire() for e in excluded],
+            "taken": self._all_took(manifest.digest, rnd),
         }
         self.rounds_led += 1
         if rnd.get("final"):  # one final digest on every node: the final round waits for the ledger
@@ -993,6 +994,13 @@ class RoundEngine:
         if self.latest is None or (self.latest.round or 0) <= number:  # not when we went on past it
             self.latest = result
         return result
+
+    def _all_took(self, digest: bytes, rnd: dict[str, Any]) -> bool:
+        """Whether every other participant of ``rnd`` took the merged model ``digest`` from our data
+        plane already (as in a round they went on from early): then none waits for our round.merged,
+        and the SN may seal it with the next round's close."""
+        others = {str(uid) for uid in rnd.get("participants") or []} - {self.uid}
+        return self.served is not None and others <= self.served.takers(digest)
 
     async def _hand_over(
         self, number: int, digest: bytes, participants: Sequence[str], timer: RoundTimer

@@ -6,8 +6,9 @@ publishes one event per changed entity and the raw block for replicas.
 
 One durable write per round: round check-ins and progress reports are held (not answered) for up to
 ``hold`` seconds, until the held check-ins let their round close; they are then sealed in one block
-with the ``round.close`` that they make due. A leader's ``round.merged`` (but the final or the init
-round's) waits with them, so a round's close and the merge of the round before share one block. Any
+with the ``round.close`` that they make due. A leader's ``round.merged`` that every other participant
+took already (``taken``), but the final or the init round's, waits with them, so a round's close and
+the merge of the round before share one block. Any
 other transaction, or the end of the hold, seals what is held at once, in arrival order.
 """
 
@@ -74,6 +75,7 @@ class _Pending:
     sender: str = ""
     contract: str = ""
     round: int | None = None
+    taken: bool = False
 
     def __post_init__(self) -> None:
         """What the hold needs to know, read without verifying (sealing verifies)."""
@@ -85,14 +87,16 @@ class _Pending:
         contract, number = env.body.get("contract"), env.body.get("round")
         self.contract = contract if isinstance(contract, str) else ""
         self.round = number if type(number) is int else None
+        self.taken = env.body.get("taken") is True
 
     def deferrable(self, state: State) -> bool:
         """A check-in or a progress report, which may wait for the rest of its round; or a merge that
-        may wait for the next round's close (``record_may_wait``: not the final or the init round's)."""
+        every other participant took already (``taken``: no node waits for its record) and that may wait
+        for the next round's close (``record_may_wait``: not the final or the init round's)."""
         if not self.contract:
             return False
         if self.kind == _MERGED:
-            return self.round is not None and record_may_wait(state, self.contract, self.round)
+            return self.taken and self.round is not None and record_may_wait(state, self.contract, self.round)
         return self.kind in _DEFERRABLE
 
 
