@@ -5,8 +5,9 @@ running the tiny torch program (``tests/programs/tiny_train.py``), injects one f
 survivors to end (bounded), and reads the ledger's finished rounds. Columns: the outcome (finished, or
 failed with the survivors' message), whether the survivors hold one final digest, whether the SN (and
 its broker) is up and every survivor exited 0, and the seconds from the fault to the next merged round
-(the ledger time of the first ``round.merged`` after the fault, from the chain's history; the baseline is
-the median time between merged rounds before it). Rows whose fault lasts (the SN down 60 s, a full
+(the first survivor's ML program saying it loaded a merged model after the fault, by its log line's
+clock; the baseline is the median time between merged rounds before it). Not the ledger's time of
+``round.merged``: the SN may seal that with the next round's close, up to its check-in hold later. Rows whose fault lasts (the SN down 60 s, a full
 disk) count from its end: the SN's return, space back. The disk rows mount a tmpfs of their own (root
 needed; skipped otherwise, saying why). Everything a row starts is stopped by PID.
 
@@ -29,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,29 @@ async def _merged_times(port: int) -> list[float]:
     async with ledger_session(port, "bench-faults") as ledger:
         history = await ledger.history(CONTRACT)
     return sorted(float(r["time"]) for r in history["records"] if r["kind"] == "round")
+
+
+_MERGED_LINE = re.compile(
+    r"ml \| (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) : SwarmCallback : INFO : "
+    r"Finished Swarm merging round (\d+)"
+)
+
+
+def _merges_by_round(swarm: Swarm, names: list[str]) -> dict[int, float]:
+    """When the swarm went on with each merged round: the first of ``names`` whose ML program said it
+    loaded that round's merge (its log line's clock). Not the ledger's time of ``round.merged``: the SN
+    seals that with the next round's close, up to its check-in hold later."""
+    first: dict[int, float] = {}
+    for name in names:
+        for stamp, number in _MERGED_LINE.findall(swarm.procs.output(name)):
+            at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            first[int(number)] = min(at, first.get(int(number), at))
+    return first
+
+
+def _merge_times(swarm: Swarm, names: list[str]) -> list[float]:
+    """``_merges_by_round``'s times, in order."""
+    return sorted(_merges_by_round(swarm, names).values())
 
 
 async def _wait_round(
@@ -206,7 +231,7 @@ def _failure(swarm: Swarm, names: list[str], codes: Mapping[str, int | None]) ->
 
 
 def _finish(swarm: Swarm, out: Outcome, survivors: list[str], fault_at: float) -> Outcome:
-    """Wait for ``survivors``, then fill ``out`` from their exits, their digests and the ledger."""
+    """Wait for ``survivors``, then fill ``out`` from their exits, their digests, their programs' merges."""
     codes = _wait_exit(swarm, survivors, END_TIMEOUT)
     out.outcome = _failure(swarm, survivors, codes)
     digests = _digests(swarm, survivors)
@@ -219,8 +244,8 @@ def _finish(swarm: Swarm, out: Outcome, survivors: list[str], fault_at: float) -
     sn_up = sn.poll() is None
     exits = "all exit 0" if all(c == 0 for c in codes.values()) else f"exits {list(codes.values())}"
     out.alive = f"SN {'up' if sn_up else 'DOWN'}, broker {'up' if broker_up else 'DOWN'}, SLs {exits}"
-    if sn_up:
-        out.merged = asyncio.run(_merged_times(swarm.port))
+    out.merged = _merge_times(swarm, survivors)
+    if out.merged:
         after = [t for t in out.merged if t > fault_at]
         before = [b - a for a, b in itertools.pairwise(t for t in out.merged if t <= fault_at)]
         out.recovery_s = after[0] - fault_at if after else float("nan")
@@ -414,12 +439,14 @@ def nan_peer(work: Path) -> Outcome:
         swarm = _start_swarm(procs, work, env={"MERGE": "coordmedian"}, per_node={"sl-1": {"POISON": "nan"}})
         first = asyncio.run(_wait_round(swarm.port, _closed_round_any, 120))
         out = _finish(swarm, Outcome("one peer sends NaN weights (coordmedian)"), list(swarm.names), 0.0)
-        fault_at = float(first["closed_at"])
-        after = [t for t in out.merged if t >= fault_at]
-        out.recovery_s = after[0] - fault_at if after else float("nan")
+        merged_at = _merges_by_round(swarm, list(swarm.names)).get(int(first["round"]))
+        out.recovery_s = merged_at - float(first["closed_at"]) if merged_at else float("nan")
         if len(out.merged) > 1:
             out.interval_s = statistics.median(b - a for a, b in itertools.pairwise(out.merged))
-        out.note = "from the first round's close to its merge (the NaN row left out)"
+        out.note = (
+            "from the first round's close on the ledger to a program loading its merge, the NaN row left "
+            "out (below 0: loaded before the close, from the predicted leader)"
+        )
         return out
 
 
