@@ -7,8 +7,10 @@ failed with the survivors' message), whether the survivors hold one final digest
 its broker) is up and every survivor exited 0, and the seconds from the fault to the next merged round
 (the first survivor's ML program saying it loaded a merged model after the fault, by its log line's
 clock; the baseline is the median time between merged rounds before it). Not the ledger's time of
-``round.merged``: the SN may seal that with the next round's close, up to its check-in hold later. Rows whose fault lasts (the SN down 60 s, a full
-disk) count from its end: the SN's return, space back. The disk rows mount a tmpfs of their own (root
+``round.merged``: the SN may seal that with the next round's close, up to its check-in hold later. A
+program may load the merge of the round in flight at the fault before the ledger closes it, so a row
+can read less than the fault cost. Rows whose fault lasts (the SN down 60 s, a full disk) count from
+its end: the SN's return, space back. The disk rows mount a tmpfs of their own (root
 needed; skipped otherwise, saying why). Everything a row starts is stopped by PID.
 
 Run: ``.venv/bin/python bench/faults.py [--quick]``.

@@ -8,8 +8,8 @@ One durable write per round: round check-ins and progress reports are held (not 
 ``hold`` seconds, until the held check-ins let their round close; they are then sealed in one block
 with the ``round.close`` that they make due. A leader's ``round.merged`` that every other participant
 took already (``taken``), but the final or the init round's, waits with them, so a round's close and
-the merge of the round before share one block. Any
-other transaction, or the end of the hold, seals what is held at once, in arrival order.
+the merge of the round before share one block. Any other transaction, or the end of the hold, seals
+what is held at once, in arrival order.
 """
 
 from __future__ import annotations
