@@ -100,6 +100,15 @@ class _Pending:
         return self.kind in _DEFERRABLE
 
 
+def _closes_a_round(state: State, batch: list[_Pending]) -> bool:
+    """Whether the check-ins in ``batch`` complete a round of ``state`` (so it closes in their block)."""
+    senders: dict[str, set[str]] = {}
+    for pending in batch:
+        if pending.kind == "tx:round.checkin":
+            senders.setdefault(pending.contract, set()).add(pending.sender)
+    return any(completes_round(state, name, uids) for name, uids in senders.items())
+
+
 def hold_from_env() -> float:
     """``SWARM_SN_CHECKIN_HOLD`` seconds (0: seal every batch at once), default ``DEFAULT_HOLD``."""
     return seconds_from_env("SWARM_SN_CHECKIN_HOLD", DEFAULT_HOLD)
@@ -184,19 +193,10 @@ class Sealer:
             state = self.ledger.state
             if self.hold <= 0 or len(batch) >= MAX_BATCH or not all(p.deferrable(state) for p in batch):
                 return batch
-            if self._closes_a_round(batch):
+            if _closes_a_round(state, batch):
                 return batch
             if until is None:
                 until = loop.time() + self.hold
-
-    def _closes_a_round(self, batch: list[_Pending]) -> bool:
-        """Whether the check-ins in ``batch`` complete a round (so it closes in their block)."""
-        state = self.ledger.state
-        senders: dict[str, set[str]] = {}
-        for pending in batch:
-            if pending.kind == "tx:round.checkin":
-                senders.setdefault(pending.contract, set()).add(pending.sender)
-        return any(completes_round(state, name, uids) for name, uids in senders.items())
 
     def _follow_up(self, state: State, time: float) -> list[bytes]:
         """In the sealing thread: the ``round.close`` transactions the batch made due, for its block."""
