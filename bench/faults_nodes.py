@@ -33,12 +33,15 @@ from bench.faults import (
     _digests,
     _failure,
     _finish,
+    _merge_times,
     _merged_after,
-    _merged_times,
     _sigkill,
     _start_swarm,
     _wait_exit,
     _wait_round,
+    gap_before,
+    longest_wait,
+    merges_by_round,
 )
 from bench.processes import Processes, descendants
 from bench.swarm_setup import (
@@ -94,7 +97,7 @@ def swop_kill(work: Path) -> Outcome:
             sn_up = procs.started["sn"].poll() is None
             left = f"{len(alive)} processes left" if alive else "all ended"
             out.alive = f"SN {'up' if sn_up else 'DOWN'}, SLs {left}"
-            out.merged = asyncio.run(_merged_times(port))
+            out.merged = sorted(merges_by_round(_swop_ml_logs(work / "swop")).values())
             _recovery(out, fault_at)
             out.note = "the SLs outlive their SWOP (as the reference's containers do) and report their end"
             return out
@@ -149,10 +152,15 @@ def _private(work: Path, i: int) -> Path:
     return path
 
 
+def _swop_ml_logs(swop_work: Path) -> list[str]:
+    """The ML programs' logs of the SLs a SWOP ran."""
+    return [log.read_text(errors="replace") for log in sorted((swop_work / "runs").glob("*/*/ml.log"))]
+
+
 def _swop_digests(swop_work: Path) -> list[str]:
     found = []
-    for log in sorted((swop_work / "runs").glob("*/*/ml.log")):
-        hits = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", log.read_text(errors="replace"))
+    for log in _swop_ml_logs(swop_work):
+        hits = re.findall(r"FINAL_DIGEST ([0-9a-f]{64})", log)
         found.append(hits[-1] if hits else "")
     return found
 
@@ -209,7 +217,8 @@ def partition(work: Path) -> Outcome:
             swarm, Outcome(f"one SL cut off for {CUT_OFF_S:g} s ({victim}, SIGSTOP)"), swarm.names, fault_at
         )
         back = asyncio.run(_rounds_of(swarm.port, victim, back_at))
-        first = f", the first {back[0] - back_at:.2f} s after SIGCONT" if back else ""
+        loads = [t for t in _merge_times(swarm, [victim]) if t > back_at]
+        first = f", its program loads a merge {loads[0] - back_at:.2f} s after SIGCONT" if loads else ""
         out.note = (
             f"{victim} is back after {CUT_OFF_S:g} s and contributes to {len(back)} merged round(s){first}; "
             "the recovery column is the others' (they go on without it)"
@@ -218,7 +227,8 @@ def partition(work: Path) -> Outcome:
 
 
 async def _rounds_of(port: int, uid: str, since: float) -> list[float]:
-    """Ledger times of the merged rounds ``uid`` contributed to after ``since`` (the chain's history)."""
+    """Ledger times of the merged rounds ``uid`` contributed to after ``since`` (the chain's history;
+    a time there may be a round's close later than the merge, ``bench/faults.py``)."""
     async with ledger_session(port, "bench-rounds") as ledger:
         history = await ledger.history(CONTRACT)
     return sorted(
@@ -266,7 +276,8 @@ def cert_expiry(work: Path) -> Outcome:
         exits = "all exit 0" if all(c == 0 for c in codes.values()) else f"exits {list(codes.values())}"
         out.alive = f"SN {'up' if procs.started['sn'].poll() is None else 'DOWN'}, the other SLs {exits}"
         swci = Identity.load(pki / "swci-1-cert.pem", pki / "swci-1-key.pem", pki / "ca" / "capath")
-        out.merged, status = asyncio.run(_tls_ledger_facts(port, swci, victim))
+        status = asyncio.run(_member_status(port, swci, victim))
+        out.merged = _merge_times(swarm, survivors)
         _recovery(out, fault_at)
         code = _wait_exit(swarm, [victim], 30)[victim]
         out.note = (
@@ -276,15 +287,13 @@ def cert_expiry(work: Path) -> Outcome:
         return out
 
 
-async def _tls_ledger_facts(port: int, swci: Identity, uid: str) -> tuple[list[float], str]:
-    """The ``round.merged`` times of the contract's latest run, and ``uid``'s member status (over TLS)."""
+async def _member_status(port: int, swci: Identity, uid: str) -> str:
+    """``uid``'s member status in the contract (asked over TLS)."""
     address = BrokerAddress("127.0.0.1", port, tls=True)
     async with open_bus(swci, address, swci.uid, "swci", network="swarm") as bus:
         ledger = await LedgerClient.connect(bus, timeout=30)
-        history = await ledger.history(CONTRACT)
         members = await ledger.query("contract.perfdata", name=CONTRACT)
-    times = sorted(float(r["time"]) for r in history["records"] if r["kind"] == "round")
-    return times, next((str(m["status"]) for m in members if m["uid"] == uid), "?")
+    return next((str(m["status"]) for m in members if m["uid"] == uid), "?")
 
 
 def _start_tls_sl(swarm: Swarm, uid: str, env: dict[str, object], files: list[str]) -> None:
@@ -315,10 +324,8 @@ def _ml_pid(procs: Processes, name: str) -> int:
 
 
 def _recovery(out: Outcome, fault_at: float) -> None:
-    after = [t for t in out.merged if t > fault_at]
-    before = [b - a for a, b in zip(out.merged, out.merged[1:], strict=False) if b <= fault_at]
-    out.recovery_s = after[0] - fault_at if after else float("nan")
-    out.interval_s = sorted(before)[len(before) // 2] if before else float("nan")
+    out.recovery_s = longest_wait(out.merged, fault_at)
+    out.interval_s = gap_before(out.merged, fault_at)
 
 
 NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partition, cert_expiry)
