@@ -8,7 +8,8 @@ survivors' message), whether the survivors hold one final digest, whether the SN
 and every survivor exited 0, and the longest the survivors went without a new merged model across the
 fault: the gaps between merges from the last one before the fault to the ``AFTER_MERGES``-th after it
 (a fault may spare the round in flight, which the leader's data plane merges before the ledger closes
-it, and stall the next one); the baseline is the median gap between merges before the fault. Not the
+it, and stall the next one); the baseline is the median gap between merges away from the fault (before
+it, and from the ``AFTER_MERGES``-th merge after it on). Not the
 ledger's times of ``round.merged``: the SN may seal one with the next round's close, up to its check-in
 hold later. Rows whose fault lasts (the SN down 60 s, a full disk) count from its end: the SN's return,
 space back. The disk rows mount a tmpfs of their own (root needed; skipped otherwise, saying why).
@@ -153,9 +154,12 @@ def longest_wait(merged: list[float], fault_at: float, *, from_fault: bool = Fal
     return max((b - a for a, b in itertools.pairwise([start, *after])), default=float("nan"))
 
 
-def gap_before(merged: list[float], fault_at: float) -> float:
-    """The median gap between the merges ``merged`` before ``fault_at`` (NaN with fewer than two)."""
-    gaps = [b - a for a, b in itertools.pairwise(t for t in merged if t <= fault_at)]
+def usual_gap(merged: list[float], fault_at: float) -> float:
+    """The median gap between the merges ``merged`` away from a fault at ``fault_at``: those before it,
+    and those after the ``AFTER_MERGES``-th merge after it (NaN without any)."""
+    before = [t for t in merged if t <= fault_at]
+    later = [t for t in merged if t > fault_at][AFTER_MERGES - 1 :]
+    gaps = [b - a for run in (before, later) for a, b in itertools.pairwise(run)]
     return statistics.median(gaps) if gaps else float("nan")
 
 
@@ -264,7 +268,7 @@ def _finish(swarm: Swarm, out: Outcome, survivors: list[str], fault_at: float) -
     out.alive = f"SN {'up' if sn_up else 'DOWN'}, broker {'up' if broker_up else 'DOWN'}, SLs {exits}"
     out.merged = _merge_times(swarm, survivors)
     out.recovery_s = longest_wait(out.merged, fault_at)
-    out.interval_s = gap_before(out.merged, fault_at)
+    out.interval_s = usual_gap(out.merged, fault_at)
     return out
 
 
@@ -525,7 +529,7 @@ def run(quick: bool = False, only: tuple[Callable[[Path], Outcome], ...] = ()) -
         rows.append(
             make_row(
                 r.fault, round(r.recovery_s, 2), "s, longest wait for a merge",
-                "median time between merged rounds before the fault", round(r.interval_s, 2),
+                "median gap between merges away from the fault", round(r.interval_s, 2),
                 target="" if no_next else "value <= 10", note=note,
             )
         )  # fmt: skip

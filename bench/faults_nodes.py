@@ -39,9 +39,9 @@ from bench.faults import (
     _start_swarm,
     _wait_exit,
     _wait_round,
-    gap_before,
     longest_wait,
     merges_by_round,
+    usual_gap,
 )
 from bench.processes import Processes, descendants
 from bench.swarm_setup import (
@@ -325,7 +325,7 @@ def _ml_pid(procs: Processes, name: str) -> int:
 
 def _recovery(out: Outcome, fault_at: float) -> None:
     out.recovery_s = longest_wait(out.merged, fault_at)
-    out.interval_s = gap_before(out.merged, fault_at)
+    out.interval_s = usual_gap(out.merged, fault_at)
 
 
 NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partition, cert_expiry)
