@@ -9,11 +9,10 @@ and every survivor exited 0, and the longest the survivors went without a new me
 fault: the gaps between merges from the last one before the fault to the ``AFTER_MERGES``-th after it
 (a fault may spare the round in flight, which the leader's data plane merges before the ledger closes
 it, and stall the next one); the baseline is the median gap between merges away from the fault (before
-it, and from the ``AFTER_MERGES``-th merge after it on). Not the
-ledger's times of ``round.merged``: the SN may seal one with the next round's close, up to its check-in
-hold later. Rows whose fault lasts (the SN down 60 s, a full disk) count from its end: the SN's return,
-space back. The disk rows mount a tmpfs of their own (root needed; skipped otherwise, saying why).
-Everything a row starts is stopped by PID.
+it, and from the ``AFTER_MERGES``-th merge after it on). Not the ledger's times of ``round.merged``: the
+SN may seal one with the next round's close, up to its check-in hold later. Rows whose fault lasts (the
+SN down 60 s, a full disk) count from its end: the SN's return, space back. The disk rows mount a tmpfs
+of their own (root needed; skipped otherwise, saying why). Everything a row starts is stopped by PID.
 
 Run: ``.venv/bin/python bench/faults.py [--quick]``.
 """
