@@ -10,10 +10,12 @@ train on 4 private sets (the bundled digits, shifted and noised, 28x28; MNIST ca
   merge reaches the model one sync later: ``swarmlearning/client/swarm.py``), its accuracy beside it.
 
 Same data, epochs, seed and batch size (32) everywhere; one torch thread per program. The headline is
-overhead = mean training time per node under the swarm / the same alone, where a node's training time is
-the program's own clock (``seconds`` of its result.json: from ``on_train_begin`` to the end of
-``on_train_end``, so every sync, validation and the wait for the last peer are in it). Time inside sync
-rounds and in validation are details in the note. This machine is shared: figures move 2-3x between runs.
+overhead = mean training time per node under the swarm / the same alone, where a node's training time is the
+program's own clock (``seconds`` of its result.json: from ``on_train_begin`` to the end of ``on_train_end``,
+so every sync, validation and the wait for the last peer are in it). Time inside sync rounds and in
+validation are details in the note, as is the job's span: from the first node's start of training to the
+last node's end, which counts the nodes' staggered starts in both runs. This machine is shared: figures move
+2-3x between runs.
 
 Run: ``.venv/bin/python bench/swarm.py [--quick | --per-node N --epochs E [--sync-frequency F]...
 [--mode blocking|overlapped]...]``; ``make bench`` runs the quick mode (``run()``). On a GPU the programs
@@ -188,6 +190,17 @@ def _loop_outside_swarm(results: list[dict[str, Any]]) -> float:
     return float(np.mean([r["seconds"] - sum(r["swarm"].get(k, 0.0) for k in calls) for r in results]))
 
 
+def _span(results: list[dict[str, Any]]) -> float:
+    """Seconds from the first node's start of training to the last node's end: the training its user waits
+    for (the nodes start staggered in both runs)."""
+    return float(max(r["ended_at"] for r in results) - min(r["started_at"] for r in results))
+
+
+def _span_detail(swarm: Run, alone: list[Run]) -> str:
+    ours, solo = _span(swarm.results), float(np.mean([_span(run.results) for run in alone]))
+    return f"first start to last end {ours:.1f} s vs {solo:.1f} s alone ({ours / solo:.2f}x)"
+
+
 def overhead_row(
     model: str, sync_frequency: int, size: Size, alone: list[Run], swarm: Run, *, overlap: bool = False
 ) -> dict[str, Any]:
@@ -216,6 +229,7 @@ def overhead_row(
         f"{outside:.1f} s outside SwarmCallback (alone {solo_s:.1f} s), "
         f"so the calls alone make {calls_only:.2f}x; {sync_detail(ours, swarm.steps)}; "
         f"begin: wait {_swarm_mean(ours, 'begin_wait'):.2f} s of it (the init round: the last peer's start); "
+        f"{_span_detail(swarm, alone)}; "
         f"accuracy {_mean(ours, 'accuracy'):.3f} (alone {_mean(solo, 'accuracy'):.3f}); identical final "
         f"digests: {len(digests) == 1}"
     )

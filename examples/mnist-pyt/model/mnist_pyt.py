@@ -107,17 +107,19 @@ def main() -> None:
         print(f"epoch {epoch + 1}/{max_epochs}: test accuracy {evaluate(model, test_loader):.4f}", flush=True)
         swarm.on_epoch_end(epoch)
     swarm.on_train_end()
-    save(
-        model, evaluate(model, test_loader), time.time() - start, {**swarm.timings, "syncs": swarm.syncs_done}
-    )
+    accuracy = evaluate(model, test_loader)
+    save(model, accuracy, start, time.time(), {**swarm.timings, "syncs": swarm.syncs_done})
 
 
 def _has_torchmetrics() -> bool:
     return importlib.util.find_spec("torchmetrics") is not None
 
 
-def save(model: nn.Module, accuracy: float, seconds: float, swarm_timings: dict[str, float]) -> None:
-    """Save the final swarm model and what the demo prints about it."""
+def save(
+    model: nn.Module, accuracy: float, started: float, ended: float, swarm_timings: dict[str, float]
+) -> None:
+    """Save the final swarm model and what the demo prints about it (``started``, ``ended``: unix times of
+    the start of training and of the final evaluation's end)."""
     scratch_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     torch.save(state, scratch_dir / "mnist_final.pt")
@@ -125,7 +127,9 @@ def save(model: nn.Module, accuracy: float, seconds: float, swarm_timings: dict[
     result = {
         "accuracy": accuracy,
         "digest": digest,
-        "seconds": seconds,
+        "seconds": ended - started,
+        "started_at": started,
+        "ended_at": ended,
         "device": str(device),
         "swarm": swarm_timings,
     }
