@@ -33,7 +33,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
 from bench.bus import HOLDER, NETWORK, STATE_MB, _fetch_rate, make_state
 from bench.common import MB, ROOT, bench_parser, make_row, print_rows
 from bench.faults import AFTER_MERGES, longest_wait, usual_gap

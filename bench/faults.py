@@ -266,9 +266,14 @@ def _finish(swarm: Swarm, out: Outcome, survivors: list[str], fault_at: float) -
     exits = "all exit 0" if all(c == 0 for c in codes.values()) else f"exits {list(codes.values())}"
     out.alive = f"SN {'up' if sn_up else 'DOWN'}, broker {'up' if broker_up else 'DOWN'}, SLs {exits}"
     out.merged = _merge_times(swarm, survivors)
+    _recovery(out, fault_at)
+    return out
+
+
+def _recovery(out: Outcome, fault_at: float) -> None:
+    """Fill ``out``'s columns from its merge times: ``longest_wait`` and ``usual_gap`` across ``fault_at``."""
     out.recovery_s = longest_wait(out.merged, fault_at)
     out.interval_s = usual_gap(out.merged, fault_at)
-    return out
 
 
 # ------------------------------------------------------------------------------------------- rows

@@ -35,13 +35,12 @@ from bench.faults import (
     _finish,
     _merge_times,
     _merged_after,
+    _recovery,
     _sigkill,
     _start_swarm,
     _wait_exit,
     _wait_round,
-    longest_wait,
     merges_by_round,
-    usual_gap,
 )
 from bench.processes import Processes, descendants
 from bench.swarm_setup import (
@@ -321,11 +320,6 @@ def _ml_pid(procs: Processes, name: str) -> int:
             if PROGRAM.name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
     raise RuntimeError(f"{name} runs no {PROGRAM.name}")
-
-
-def _recovery(out: Outcome, fault_at: float) -> None:
-    out.recovery_s = longest_wait(out.merged, fault_at)
-    out.interval_s = usual_gap(out.merged, fault_at)
 
 
 NODE_ROWS: tuple[Callable[[Path], Outcome], ...] = (swop_kill, hung_ml, partition, cert_expiry)
