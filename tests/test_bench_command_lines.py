@@ -12,8 +12,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SCRIPTS = (
-    "bus", "failover", "faults", "faults_nodes", "flower_compare", "fuzz", "ledger", "ledger_core", "merge",
-    "robust", "rounds", "run_all", "scale", "secagg", "swarm",
+    "bus", "compare", "failover", "faults", "faults_nodes", "flower_compare", "fuzz", "ledger", "ledger_core",
+    "merge", "robust", "rounds", "run_all", "scale", "secagg", "swarm",
 )  # fmt: skip
 
 
@@ -46,6 +46,7 @@ def test_help_says_what_it_measures_and_runs_nothing(script: str) -> None:
         ("swarm", ["--per-node", "5"], "--per-node and --epochs go together"),
         ("swarm", ["--per-node", "5", "--epochs", "0"], "argument --epochs: 0 is not above 0"),
         ("fuzz", ["lots"], "argument cases: 'lots' is not a whole number"),
+        ("compare", ["HEAD", "--pairs", "0"], "argument --pairs: 0 is not above 0"),
         ("ledger", ["0"], "argument transactions: 0 is not above 0"),
         ("ledger_core", ["1000", "-5"], "argument batch: -5 is not above 0"),
         ("flower_compare", ["5", "1", "2"], "unrecognized arguments: 2"),

@@ -1,0 +1,167 @@
+"""Side by side: the sync rounds of two versions of the code, run in turns in one run.
+
+This machine's speed moves 2-3x with load from other work, so a change to the round is judged against
+the code before it, the two run back to back in turns: BASE, NEW, BASE, NEW, ... Each run is
+``bench.rounds.swarm_rounds`` (an SN with its mosquitto, 4 SLs with the stand-in ML program) in a process
+whose ``PYTHONPATH`` puts the version's tree first, so that the daemons and programs it starts import that
+version; the harness is this tree's for both, so both are measured the same way. A revision other than
+``.`` (the working tree) is unpacked with ``git archive`` into a temporary directory.
+
+Each run prints its median and mean round and the CPU a round took by kind of process (``bench.rounds``);
+at the end come each side's means, NEW / BASE and the range of the pairs' ratios (a change shows through
+the noise when every pair's ratio is on the same side of 1).
+
+Run: ``.venv/bin/python bench/compare.py BASE [NEW] [--pairs N] [--mb MB] [--rounds R] [--work-s S]``
+(NEW defaults to ``.``), e.g. ``bench/compare.py HEAD~1 --pairs 4 --rounds 1000``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, bench_parser, positive_int
+
+__all__ = ["Measured", "measure", "ratios", "summary", "unpack"]
+
+WORKING_TREE = "."
+_NOT_SAMPLED = "not sampled (the run was too short)"
+_FIGURES = (("median_ms", "median round"), ("mean_ms", "mean round"), ("cpu_total_ms", "CPU a round"))
+_ONE_RUN = """
+import json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from bench.rounds import round_latency, round_mean, swarm_rounds
+args = json.loads(sys.argv[2])
+with tempfile.TemporaryDirectory(prefix="compare-") as ws:
+    run = swarm_rounds(Path(ws) / "w", 4, int(args["mb"] * 1e6), args["rounds"], work_s=args["work_s"])
+cpu = {kind: seconds * 1e3 for kind, seconds in (run.cpu_by_kind or {}).items()}
+print(json.dumps({"median_ms": round_latency(run.nodes) * 1e3, "mean_ms": round_mean(run.nodes) * 1e3,
+                  "cpu_ms": cpu}))
+"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run of one version: its median and mean round and its CPU per round by kind of process, ms."""
+
+    version: str
+    median_ms: float
+    mean_ms: float
+    cpu_ms: dict[str, float]
+
+    @property
+    def cpu_total_ms(self) -> float:
+        """The CPU of a round, every process together."""
+        return sum(self.cpu_ms.values())
+
+    def line(self) -> str:
+        """One line for the run's table."""
+        kinds = ", ".join(f"{kind} {ms:.1f}" for kind, ms in sorted(self.cpu_ms.items()))
+        cpu = f"CPU {self.cpu_total_ms:6.1f} ms: {kinds}" if self.cpu_ms else f"CPU {_NOT_SAMPLED}"
+        return f"{self.version:>12}  round {self.median_ms:6.2f} ms (mean {self.mean_ms:6.2f})  {cpu}"
+
+
+def unpack(revision: str, into: Path) -> Path:
+    """The source tree of ``revision``: this one for ``.``, else its ``git archive`` under ``into``.
+
+    Raises:
+        SystemExit: the revision is not one git knows here.
+    """
+    if revision == WORKING_TREE:
+        return ROOT
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"git exited with {done.returncode}"
+        raise SystemExit(f"bench/compare.py: cannot unpack {revision!r}: {why}")
+    tree = into / f"tree-{len(list(into.iterdir()))}"
+    tree.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        archive.extractall(tree, filter="data")
+    return tree
+
+
+def measure(version: str, tree: Path, *, mb: float, rounds: int, work_s: float) -> Measured:
+    """One ``swarm_rounds`` run of the code in ``tree``; RuntimeError with its output when it fails."""
+    args = json.dumps({"mb": mb, "rounds": rounds, "work_s": work_s})
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_RUN, str(ROOT), args], capture_output=True, env=env, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the run of {version} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return Measured(version, result["median_ms"], result["mean_ms"], dict(result["cpu_ms"]))
+
+
+def ratios(pairs: list[tuple[Measured, Measured]], figure: str) -> list[float]:
+    """NEW / BASE of ``figure`` (``median_ms``, ``mean_ms`` or ``cpu_total_ms``) for each pair that has
+    it on both sides (a run too short for its CPU to be sampled has none)."""
+    values = [(float(getattr(base, figure)), float(getattr(new, figure))) for base, new in pairs]
+    return [new / base for base, new in values if base > 0 and new > 0]
+
+
+def summary(pairs: list[tuple[Measured, Measured]]) -> list[str]:
+    """For each figure: each side's mean, NEW / BASE of the means, and the range of the pairs' ratios."""
+    lines = []
+    for figure, label in _FIGURES:
+        spread = ratios(pairs, figure)
+        if not spread:
+            lines.append(f"{label:>16}: {_NOT_SAMPLED}")
+            continue
+        base = statistics.mean(float(getattr(b, figure)) for b, _ in pairs)
+        new = statistics.mean(float(getattr(n, figure)) for _, n in pairs)
+        lines.append(
+            f"{label:>16}: base {base:6.2f} ms, new {new:6.2f} ms, new / base {new / base:.3f} "
+            f"(pairs {min(spread):.3f}-{max(spread):.3f})"
+        )
+    kinds = sorted({kind for b, n in pairs for kind in (*b.cpu_ms, *n.cpu_ms)})
+    for kind in kinds:
+        base = statistics.mean(b.cpu_ms.get(kind, 0.0) for b, _ in pairs)
+        new = statistics.mean(n.cpu_ms.get(kind, 0.0) for _, n in pairs)
+        lines.append(f"{'CPU ' + kind:>16}: base {base:6.2f} ms, new {new:6.2f} ms")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("base", help="git revision measured first in every pair ('.' for the working tree)")
+    parser.add_argument("new", nargs="?", default=WORKING_TREE, help="git revision or '.' (default: '.')")
+    parser.add_argument("--pairs", type=positive_int, default=3, help="BASE, NEW runs in turns (default 3)")
+    parser.add_argument("--mb", type=float, default=1.6, help="model size in MB (default 1.6)")
+    parser.add_argument("--rounds", type=positive_int, default=300, help="sync rounds a run (default 300)")
+    parser.add_argument("--work-s", type=float, default=0.0, help="pretend training before each sync, s")
+    args = parser.parse_args(argv)
+    if args.mb <= 0 or args.work_s < 0:
+        parser.error("--mb must be above 0 and --work-s not below 0")
+    with tempfile.TemporaryDirectory(prefix="compare-trees-") as scratch:
+        trees = {name: unpack(name, Path(scratch)) for name in dict.fromkeys((args.base, args.new))}
+        print(f"{args.pairs} pairs of {args.rounds} rounds, {args.mb:g} MB, {args.work_s:g} s of training")
+        pairs = []
+        for _ in range(args.pairs):
+            runs = []
+            for name in (args.base, args.new):
+                measured = measure(name, trees[name], mb=args.mb, rounds=args.rounds, work_s=args.work_s)
+                print(measured.line(), flush=True)
+                runs.append(measured)
+            pairs.append((runs[0], runs[1]))
+    print("\n".join(summary(pairs)))
+
+
+if __name__ == "__main__":
+    main()
