@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, bench_parser, positive_int
 
-__all__ = ["Measured", "measure", "ratios", "summary", "unpack"]
+__all__ = ["Measured", "env_for", "measure", "ratios", "summary", "unpack"]
 
 WORKING_TREE = "."
 _NOT_SAMPLED = "not sampled (the run was too short)"
@@ -96,17 +96,22 @@ def unpack(revision: str, into: Path) -> Path:
 def measure(version: str, tree: Path, *, mb: float, rounds: int, work_s: float) -> Measured:
     """One ``swarm_rounds`` run of the code in ``tree``; RuntimeError with its output when it fails."""
     args = json.dumps({"mb": mb, "rounds": rounds, "work_s": work_s})
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
-    }
     done = subprocess.run(
-        [sys.executable, "-c", _ONE_RUN, str(ROOT), args], capture_output=True, env=env, check=False
+        [sys.executable, "-c", _ONE_RUN, str(ROOT), args], capture_output=True, env=env_for(tree), check=False
     )
     if done.returncode != 0:
         raise RuntimeError(f"the run of {version} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
     return Measured(version, result["median_ms"], result["mean_ms"], dict(result["cpu_ms"]))
+
+
+def env_for(tree: Path) -> dict[str, str]:
+    """Our environment with ``tree`` first on ``PYTHONPATH``: the processes started with it (and theirs)
+    import that tree's packages, ahead of this checkout's editable install."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def ratios(pairs: list[tuple[Measured, Measured]], figure: str) -> list[float]:
@@ -151,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--mb must be above 0 and --work-s not below 0")
     with tempfile.TemporaryDirectory(prefix="compare-trees-") as scratch:
         trees = {name: unpack(name, Path(scratch)) for name in dict.fromkeys((args.base, args.new))}
-        print(f"{args.pairs} pairs of {args.rounds} rounds, {args.mb:g} MB, {args.work_s:g} s of training")
+        pairs_text = f"{args.pairs} pair" + ("s" if args.pairs > 1 else "")
+        print(f"{pairs_text} of {args.rounds} rounds, {args.mb:g} MB, {args.work_s:g} s of training")
         pairs = []
         for _ in range(args.pairs):
             runs = []

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench.common import ROOT
-from bench.compare import Measured, main, ratios, summary, unpack
+from bench.compare import Measured, env_for, main, ratios, summary, unpack
 
 GIT_CHECKOUT = (ROOT / ".git").exists()
 
@@ -31,6 +32,16 @@ def test_a_revision_is_unpacked_whole(tmp_path: Path) -> None:
             ["git", "-C", str(ROOT), "show", f"HEAD:{part}"], capture_output=True, check=True
         ).stdout
         assert (tree / part).read_bytes() == committed
+
+
+@pytest.mark.skipif(not GIT_CHECKOUT, reason="needs the git history of this checkout")
+def test_a_process_started_for_a_version_imports_that_version(tmp_path: Path) -> None:
+    tree = unpack("HEAD", tmp_path)
+    shown = subprocess.run(
+        [sys.executable, "-c", "import daemons, swarmlearning, wire; print(daemons.__file__, wire.__file__)"],
+        capture_output=True, text=True, env=env_for(tree), cwd=tmp_path, check=True,
+    ).stdout.split()  # fmt: skip
+    assert shown == [str(tree / "daemons" / "__init__.py"), str(tree / "wire" / "__init__.py")]
 
 
 @pytest.mark.skipif(not GIT_CHECKOUT, reason="needs the git history of this checkout")
@@ -62,7 +73,7 @@ def test_a_nonsense_size_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 def test_one_pair_runs_both_versions(capsys: pytest.CaptureFixture[str]) -> None:
     main(["HEAD", ".", "--pairs", "1", "--rounds", "4", "--mb", "0.01"])
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "1 pairs of 4 rounds, 0.01 MB, 0 s of training"
+    assert out[0] == "1 pair of 4 rounds, 0.01 MB, 0 s of training"
     assert out[1].strip().startswith("HEAD  round")
     assert out[2].strip().startswith(".  round")
     assert out[3].strip().startswith("median round: base")
