@@ -114,23 +114,29 @@ def env_for(tree: Path) -> dict[str, str]:
     }
 
 
-def ratios(pairs: list[tuple[Measured, Measured]], figure: str) -> list[float]:
-    """NEW / BASE of ``figure`` (``median_ms``, ``mean_ms`` or ``cpu_total_ms``) for each pair that has
-    it on both sides (a run too short for its CPU to be sampled has none)."""
+def _values(pairs: list[tuple[Measured, Measured]], figure: str) -> list[tuple[float, float]]:
+    """``figure`` (``median_ms``, ``mean_ms`` or ``cpu_total_ms``) of BASE and NEW in each pair that has it
+    on both sides (a run too short for its CPU to be sampled has none)."""
     values = [(float(getattr(base, figure)), float(getattr(new, figure))) for base, new in pairs]
-    return [new / base for base, new in values if base > 0 and new > 0]
+    return [(base, new) for base, new in values if base > 0 and new > 0]
+
+
+def ratios(pairs: list[tuple[Measured, Measured]], figure: str) -> list[float]:
+    """NEW / BASE of ``figure`` for each pair that has it on both sides."""
+    return [new / base for base, new in _values(pairs, figure)]
 
 
 def summary(pairs: list[tuple[Measured, Measured]]) -> list[str]:
     """For each figure: each side's mean, NEW / BASE of the means, and the range of the pairs' ratios."""
     lines = []
     for figure, label in _FIGURES:
-        spread = ratios(pairs, figure)
-        if not spread:
+        values = _values(pairs, figure)
+        if not values:
             lines.append(f"{label:>16}: {_NOT_SAMPLED}")
             continue
-        base = statistics.mean(float(getattr(b, figure)) for b, _ in pairs)
-        new = statistics.mean(float(getattr(n, figure)) for _, n in pairs)
+        spread = [n / b for b, n in values]
+        base = statistics.mean(b for b, _ in values)
+        new = statistics.mean(n for _, n in values)
         lines.append(
             f"{label:>16}: base {base:6.2f} ms, new {new:6.2f} ms, new / base {new / base:.3f} "
             f"(pairs {min(spread):.3f}-{max(spread):.3f})"
@@ -162,7 +168,10 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.pairs):
             runs = []
             for name in (args.base, args.new):
-                measured = measure(name, trees[name], mb=args.mb, rounds=args.rounds, work_s=args.work_s)
+                try:
+                    measured = measure(name, trees[name], mb=args.mb, rounds=args.rounds, work_s=args.work_s)
+                except RuntimeError as exc:
+                    raise SystemExit(f"bench/compare.py: {exc}") from None
                 print(measured.line(), flush=True)
                 runs.append(measured)
             pairs.append((runs[0], runs[1]))

@@ -60,6 +60,8 @@ def test_the_summary_gives_both_means_their_ratio_and_the_pairs_spread() -> None
     assert lines[0] == "    median round: base  11.00 ms, new  10.50 ms, new / base 0.955 (pairs 0.900-1.000)"
     assert lines[2].startswith("     CPU a round: base  15.50 ms, new  14.50 ms, new / base 0.935")
     assert "         CPU SLs: base  12.50 ms, new  11.50 ms" in lines
+    unsampled = (_measured("HEAD~1", 20.0, 30.0), Measured(".", 20.0, 21.0, {}))  # a run too short for it
+    assert summary([*pairs, unsampled])[2] == lines[2]  # the CPU of the pairs that have it on both sides
 
 
 def test_a_nonsense_size_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
