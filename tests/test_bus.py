@@ -192,6 +192,36 @@ async def test_connecting_to_nothing_fails_clearly(network: str) -> None:
             pass
 
 
+async def test_a_bus_opened_before_its_broker_connects_once_the_broker_is_up(
+    tmp_path: Path, network: str
+) -> None:
+    from daemons.broker import BrokerSettings, free_port
+
+    port = free_port()
+    cfg = BusConfig(BrokerAddress("127.0.0.1", port), "swop-1", "swop", network=network, connect_timeout=30)
+    broker = ManagedBroker(BrokerSettings(tmp_path / "broker", port=port), "mosquitto")
+    bus = Bus(cfg)
+    # a daemon started beside its SN looks for the broker often until it first finds it ...
+    assert [bus._reconnect_delay(n) for n in range(1, 6)] == [cfg.first_connect_poll] * 5
+    try:
+        async with contextlib.AsyncExitStack() as stack:  # the bus closes before the broker stops
+            opening = asyncio.ensure_future(stack.enter_async_context(bus))
+            try:
+                await asyncio.sleep(0.5)  # it has found nothing yet
+                assert not opening.done()
+                await asyncio.to_thread(broker.start)
+                await asyncio.wait_for(opening, 30)
+            finally:
+                opening.cancel()
+            assert bus.connected
+            # ... and backs off, with jitter, from a broker that went away after that
+            delays = [bus._reconnect_delay(n) for n in range(1, 12)]
+            assert all(0 <= delay <= cfg.backoff_cap for delay in delays)
+            assert len(set(delays)) > 1
+    finally:
+        broker.stop()
+
+
 async def test_50mb_state_dict_round_trips_bit_exactly(make_bus: MakeBus) -> None:
     rng = np.random.default_rng(0)
     state = {f"layer{i}.weight": rng.standard_normal((1250, 1000)).astype(np.float32) for i in range(10)}

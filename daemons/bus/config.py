@@ -106,4 +106,5 @@ class BusConfig:
     publish_timeout: float = 30.0
     backoff_base: float = 0.2
     backoff_cap: float = 2.0  # reconnects: a broker that is back is found within ~2 s
+    first_connect_poll: float = 0.1  # before the first connection: a broker starting beside us
     subscribe_qos: int = field(default_factory=subscribe_qos_from_env)

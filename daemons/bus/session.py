@@ -283,8 +283,15 @@ class Bus:
                 self._broker_index += 1
                 log.info("bus[%s] trying broker %s", self.uid, self.broker)
             attempt += 1
-            delay = random.uniform(0, min(self.config.backoff_cap, self.config.backoff_base * 2**attempt))
-            await asyncio.sleep(delay)
+            await asyncio.sleep(self._reconnect_delay(attempt))
+
+    def _reconnect_delay(self, attempt: int) -> float:
+        """Seconds before connection attempt ``attempt + 1``: a broker not up yet at our start (a daemon
+        started beside it) is looked for every ``first_connect_poll`` s; one that went away, with
+        jittered exponential backoff, so that a swarm's nodes do not all come back at once."""
+        if not self._ever_connected:
+            return self.config.first_connect_poll
+        return random.uniform(0, min(self.config.backoff_cap, self.config.backoff_base * 2**attempt))
 
     def _note_paho_error(self, text: str) -> None:
         if "timed out" in text.lower() and self._last_error:
