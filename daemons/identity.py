@@ -115,8 +115,10 @@ def open_bus(
     *,
     network: str,
     presence: dict[str, Any] | None = None,
+    answers: bool = False,
 ) -> Bus:
-    """A bus session for ``uid``: with an identity, mutual TLS (mqtts) and signed, verified envelopes."""
+    """A bus session for ``uid``: with an identity, mutual TLS (mqtts) and signed, verified envelopes;
+    ``answers``: it will serve requests (taken from its first connection on, see ``Bus``)."""
     if identity is not None and not broker.tls:
         broker = broker.with_tls()
     config = BusConfig(
@@ -132,6 +134,7 @@ def open_bus(
         signer=identity.signer() if identity else None,
         verifier=identity.verifier() if identity else None,
         presence=presence,
+        answers=answers,
     )
 
 

@@ -96,8 +96,10 @@ def bus_factory(address: BrokerAddress, network: str) -> MakeBus:
         presence = kwargs.pop("presence", None)
         signer = kwargs.pop("signer", None)
         verifier = kwargs.pop("verifier", None)
+        answers = bool(kwargs.pop("answers", False))
         config = BusConfig(address, uid, role, network=network, **kwargs)  # type: ignore[arg-type]
-        async with Bus(config, presence=presence, signer=signer, verifier=verifier) as bus:  # type: ignore[arg-type]
+        bus = Bus(config, presence=presence, signer=signer, verifier=verifier, answers=answers)  # type: ignore[arg-type]
+        async with bus:
             yield bus
 
     return make_bus

@@ -160,6 +160,26 @@ async def test_presence_is_retained_and_the_will_says_offline(
         proc.wait()
 
 
+async def test_a_request_sent_as_a_server_says_online_is_answered_the_first_time(make_bus: MakeBus) -> None:
+    # An SN says online when it connects and serves a moment later (its ledger opens in between): a
+    # client that asks at once must not lose its request to that moment (MQTT drops what nobody is
+    # subscribed to) and wait for its resend half a second later.
+    async with make_bus("swop-1", "swop") as client, make_bus("sniffer-1", "swci") as sniffer:
+        requests = sniffer.subscribe(sniffer.topics.request("swop-1", "sn-1"))
+        presence = client.subscribe(client.topics.presence("sn-1"))
+        async with requests as sent, presence as said:
+            async with make_bus("sn-1", "sn", presence={"role": "sn"}, answers=True) as server:
+                assert client.open(await asyncio.wait_for(said.get(), 5)).body["state"] == "online"
+                asking = asyncio.ensure_future(client.request("sn-1", "ping", timeout=10))
+                await asyncio.sleep(0.2)  # the server's set-up, while the request is on its way
+                server.serve(echo)
+                assert (await asking)["method"] == "ping"
+                await asyncio.sleep(0.6)  # a lost request would have been sent again by now
+            await asyncio.wait_for(sent.get(), 5)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(sent.get(), 0.1)  # sent once: answered the first time
+
+
 async def test_a_fetch_from_a_holder_that_goes_offline_ends_at_once(make_bus: MakeBus) -> None:
     async with make_bus("sl-2") as fetcher:
         async with make_bus("sl-1", presence={"role": "sl"}):  # holds nothing, never answers

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemons.aio import raise_if_cancelling
-from daemons.bus.endpoint import Endpoint, Message
+from daemons.bus.endpoint import Endpoint, Message, Subscription
 from daemons.bus.errors import BusError, RemoteError, RequestTimeout
 from wire import CertificateTimeError, CodecError, Envelope, decode_envelope
 
@@ -147,13 +147,15 @@ class RpcClient:
 class RpcServer:
     """Answers requests addressed to the bus's uid with one handler."""
 
-    def __init__(self, bus: Endpoint, handler: Handler, *, concurrency: int) -> None:
+    def __init__(
+        self, bus: Endpoint, handler: Handler, *, concurrency: int, subscription: Subscription | None = None
+    ) -> None:
         self._bus = bus
         self._handler = handler
         self._sem = asyncio.Semaphore(concurrency)
         self._cache: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
-        self._sub = bus.add_subscription(bus.topics.requests_to(bus.uid), maxsize=10_000)
+        self._sub = subscription or bus.add_subscription(bus.topics.requests_to(bus.uid), maxsize=10_000)
         self.rejected = 0
 
     async def run(self) -> None:

@@ -109,6 +109,7 @@ class Bus:
         signer: SignerLike | None = None,
         verifier: VerifierLike | None = None,
         presence: dict[str, Any] | None = None,
+        answers: bool = False,
     ) -> None:
         self.config = config
         self.topics = Topics(config.network, config.uid, config.identity or config.uid)
@@ -133,6 +134,11 @@ class Bus:
         self._reconnect_events: list[asyncio.Event] = []
         self._next_reconnect = asyncio.Event()
         self._broker_index = 0
+        # a session that answers requests takes them from its first connection on, before its presence
+        # says online: one sent the moment a client sees that presence is never lost (serve() reads them)
+        self._requests = (
+            self.add_subscription(self.topics.requests_to(config.uid), maxsize=10_000) if answers else None
+        )
         self.refused: Container[str] = frozenset()
         """Identities (certificate CNs) whose messages this session drops: the revoked ones."""
         self._refusals_logged: set[str] = set()
@@ -566,7 +572,9 @@ class Bus:
         )
 
     def serve(self, handler: Handler, *, concurrency: int = 32) -> RpcServer:
-        """Answer requests addressed to this uid with ``handler`` until the session closes."""
-        server = RpcServer(self, handler, concurrency=concurrency)
+        """Answer requests addressed to this uid with ``handler`` until the session closes (with
+        ``answers``, also those that came since the session connected)."""
+        subscription, self._requests = self._requests, None
+        server = RpcServer(self, handler, concurrency=concurrency, subscription=subscription)
         self.spawn(server.run(), "rpc-server")
         return server

@@ -84,7 +84,9 @@ class SLNode:
     def _bus(self) -> Bus:
         opts = self.options
         presence = {"role": "sl", "parent": opts.parent, "host": socket.gethostname(), "pid": os.getpid()}
-        return open_bus(opts.identity, opts.broker, opts.uid, "sl", network=opts.network, presence=presence)
+        return open_bus(
+            opts.identity, opts.broker, opts.uid, "sl", network=opts.network, presence=presence, answers=True
+        )
 
     async def run(self) -> int:
         """Run the ML program to its end; returns its exit status.

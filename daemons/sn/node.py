@@ -173,7 +173,8 @@ class SNNode:
             **opts.extra_presence,
         }
         signer = ident.signer() if ident else None
-        async with open_bus(ident, address, opts.uid, "sn", network=opts.network, presence=presence) as bus:
+        bus = open_bus(ident, address, opts.uid, "sn", network=opts.network, presence=presence, answers=True)
+        async with bus:
             bus.refused = self.revocations
             if opts.cluster:
                 tls = ident.tls() if ident else None
