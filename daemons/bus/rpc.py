@@ -155,7 +155,9 @@ class RpcServer:
         self._sem = asyncio.Semaphore(concurrency)
         self._cache: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
-        self._sub = subscription or bus.add_subscription(bus.topics.requests_to(bus.uid), maxsize=10_000)
+        if subscription is None:  # else one its bus made before it connected (Bus answers=True)
+            subscription = bus.add_subscription(bus.topics.requests_to(bus.uid), maxsize=10_000)
+        self._sub = subscription
         self.rejected = 0
 
     async def run(self) -> None:
