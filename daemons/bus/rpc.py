@@ -19,7 +19,7 @@ from daemons.bus.endpoint import Endpoint, Message, Subscription
 from daemons.bus.errors import BusError, RemoteError, RequestTimeout
 from wire import CertificateTimeError, CodecError, Envelope, decode_envelope
 
-__all__ = ["Handler", "Request", "RpcClient", "RpcError", "RpcServer"]
+__all__ = ["Handler", "Request", "RpcClient", "RpcError", "RpcServer", "subscribe_requests"]
 
 log = logging.getLogger("swarm.bus.rpc")
 _CACHE_SIZE = 2048
@@ -144,6 +144,11 @@ class RpcClient:
                 interval = min(interval * 2, _MAX_RESEND)
 
 
+def subscribe_requests(bus: Endpoint) -> Subscription:
+    """The subscription to the requests addressed to ``bus``'s uid that an ``RpcServer`` reads."""
+    return bus.add_subscription(bus.topics.requests_to(bus.uid), maxsize=10_000)
+
+
 class RpcServer:
     """Answers requests addressed to the bus's uid with one handler."""
 
@@ -155,9 +160,8 @@ class RpcServer:
         self._sem = asyncio.Semaphore(concurrency)
         self._cache: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
-        if subscription is None:  # else one its bus made before it connected (Bus answers=True)
-            subscription = bus.add_subscription(bus.topics.requests_to(bus.uid), maxsize=10_000)
-        self._sub = subscription
+        # made before its bus connected (Bus answers=True), or now
+        self._sub = subscription if subscription is not None else subscribe_requests(bus)
         self.rejected = 0
 
     async def run(self) -> None:

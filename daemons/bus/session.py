@@ -26,7 +26,7 @@ from daemons.bus.config import BrokerAddress, BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.mqtt_client import DirectClient
-from daemons.bus.rpc import Handler, RpcClient, RpcServer
+from daemons.bus.rpc import Handler, RpcClient, RpcServer, subscribe_requests
 from daemons.bus.topics import Topics, namespace_of, topic_matches
 from wire import (
     CodecError,
@@ -136,9 +136,7 @@ class Bus:
         self._broker_index = 0
         # a session that answers requests takes them from its first connection on, before its presence
         # says online: one sent the moment a client sees that presence is never lost (serve() reads them)
-        self._requests = (
-            self.add_subscription(self.topics.requests_to(config.uid), maxsize=10_000) if answers else None
-        )
+        self._requests = subscribe_requests(self) if answers else None
         self.refused: Container[str] = frozenset()
         """Identities (certificate CNs) whose messages this session drops: the revoked ones."""
         self._refusals_logged: set[str] = set()
