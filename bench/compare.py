@@ -41,10 +41,10 @@ _ONE_RUN = """
 import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from bench.rounds import round_latency, round_mean, swarm_rounds
+from bench.rounds import PEERS, round_latency, round_mean, swarm_rounds
 args = json.loads(sys.argv[2])
 with tempfile.TemporaryDirectory(prefix="compare-") as ws:
-    run = swarm_rounds(Path(ws) / "w", 4, int(args["mb"] * 1e6), args["rounds"], work_s=args["work_s"])
+    run = swarm_rounds(Path(ws) / "w", PEERS, int(args["mb"] * 1e6), args["rounds"], work_s=args["work_s"])
 cpu = {kind: seconds * 1e3 for kind, seconds in (run.cpu_by_kind or {}).items()}
 print(json.dumps({"median_ms": round_latency(run.nodes) * 1e3, "mean_ms": round_mean(run.nodes) * 1e3,
                   "cpu_ms": cpu}))
