@@ -18,6 +18,7 @@ from daemons.sl.merge import (
     MergeError,
     MergeOptions,
     TensorLayout,
+    find_non_finite,
     merge_flat,
     merge_states,
     validate_flat,
@@ -512,6 +513,26 @@ def test_flat_layout_errors(layout: list[Any], message: str) -> None:
         merge_flat(rows, layout, [1, 1], "mean")
     with pytest.raises(MergeError, match=message):
         validate_flat(rows, layout, [1, 1], "mean")
+
+
+def test_a_layout_merged_before_is_still_checked_against_each_buffer() -> None:
+    """The checked plan of a layout is kept for the next merges (``_layout_plan``): it still has to fit
+    every buffer, and a layout whose shapes are lists (not hashable) is checked and merged the same."""
+    layout = [("a", "float32", (4,), 0, 16), ("b", "int64", (2,), 64, 16)]
+    rows = np.zeros((2, 128), dtype=np.uint8)
+    rows[0, :16] = np.arange(4, dtype=np.float32).view(np.uint8)
+    rows[1, 64:80] = np.array([4, 8], dtype=np.int64).view(np.uint8)
+    first = merge_flat(rows, layout, [1, 1], "mean")
+    assert merge_flat(rows, layout, [1, 1], "mean").tobytes() == first.tobytes()
+    as_lists: list[Any] = [
+        (name, label, list(shape), offset, nbytes) for name, label, shape, offset, nbytes in layout
+    ]
+    assert merge_flat(rows, as_lists, [1, 1], "mean").tobytes() == first.tobytes()
+    with pytest.raises(MergeError, match=r"tensor 'b': bytes 64\.\.80 lie outside the buffer of 72 bytes"):
+        merge_flat(np.zeros((2, 72), dtype=np.uint8), layout, [1, 1], "mean")
+    assert find_non_finite(first, layout) is None
+    with pytest.raises(MergeError, match=r"tensor 'b': bytes 64\.\.80 lie outside the buffer of 72 bytes"):
+        find_non_finite(np.zeros(72, dtype=np.uint8), as_lists)
 
 
 def test_flat_rows_and_out_errors() -> None:
