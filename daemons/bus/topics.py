@@ -10,6 +10,7 @@ identity level; :meth:`daemons.bus.Bus.open` checks both levels against the enve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from wire.envelope import check_uid
 
@@ -18,8 +19,12 @@ __all__ = ["PREFIX", "Topics", "namespace_of", "sender_of", "topic_matches"]
 PREFIX = "swarm/v1"
 
 
+@lru_cache(maxsize=4096)
 def topic_matches(topic_filter: str, topic: str) -> bool:
-    """MQTT wildcard match of ``topic`` against ``topic_filter`` (``+`` one level, ``#`` the rest)."""
+    """MQTT wildcard match of ``topic`` against ``topic_filter`` (``+`` one level, ``#`` the rest).
+
+    Kept for the last few thousand pairs: a session matches every message against each of its filters,
+    and in a sync round the same few topics (a reply, a round event) come again and again."""
     f_parts = topic_filter.split("/")
     t_parts = topic.split("/")
     for i, part in enumerate(f_parts):
