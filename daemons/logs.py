@@ -7,9 +7,24 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["LOG_FORMAT", "setup_logging"]
+__all__ = ["LOG_FORMAT", "LineFormatter", "setup_logging"]
 
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+class LineFormatter(logging.Formatter):
+    """``LOG_FORMAT``, formatted once per record however many handlers write it (a daemon writes each
+    line to stderr and its log file, an SL also to ``<program>_sw.log``)."""
+
+    def __init__(self) -> None:
+        super().__init__(LOG_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = record.__dict__.get("_swarm_line")
+        if not isinstance(line, str):
+            line = super().format(record)
+            record.__dict__["_swarm_line"] = line
+        return line
 
 
 class _FileHandler(logging.FileHandler):
@@ -49,7 +64,7 @@ def setup_logging(name: str, *, log_dir: Path | None = None, level: str | None =
     root = logging.getLogger()
     root.handlers.clear()
     root.setLevel(getattr(logging, level_name, logging.INFO))
-    formatter = logging.Formatter(LOG_FORMAT)
+    formatter = LineFormatter()
     stream = logging.StreamHandler()
     stream.setFormatter(formatter)
     root.addHandler(stream)

@@ -19,7 +19,7 @@ from daemons.bus import BusConnectError
 from daemons.bus.config import DEFAULT_PORT, BrokerAddress
 from daemons.gpus import cuda_env, visible_gpus
 from daemons.identity import IdentityError, add_identity_arguments, identity_from_args, node_uid
-from daemons.logs import LOG_FORMAT, setup_logging
+from daemons.logs import LineFormatter, setup_logging
 from daemons.rundir import build_run_dir, parse_mount, settle
 from daemons.sl.malloc import keep_freed_memory
 from daemons.sl.mlprocess import MLSpec
@@ -162,7 +162,7 @@ def _add_program_log(path: Path) -> None:
     except OSError:
         logging.getLogger("swarm.sl").warning("cannot write %s; continuing without it", path)
         return
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(LineFormatter())
     handler.setLevel(logging.INFO)
     handler.addFilter(logging.Filter("swarm"))
     logging.getLogger().addHandler(handler)
