@@ -1,7 +1,9 @@
 """Side by side: the sync rounds of two versions of the code, run in turns in one run.
 
 This machine's speed moves 2-3x with load from other work, so a change to the round is judged against
-the code before it, the two run back to back in turns: BASE, NEW, BASE, NEW, ... Each run is
+the code before it, the two run back to back in turns, the order swapped every pair (BASE, NEW, NEW,
+BASE, BASE, NEW, ...: the first run of a session, often the slowest, and a drift of the machine's speed
+fall on both sides alike). Each run is
 ``bench.rounds.swarm_rounds`` (an SN with its mosquitto, 4 SLs with the stand-in ML program) in a process
 whose ``PYTHONPATH`` puts the version's tree first, so that the daemons and programs it starts import that
 version; the harness is this tree's for both, so both are measured the same way. A revision other than
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, bench_parser, positive_int
 
-__all__ = ["Measured", "env_for", "measure", "ratios", "summary", "unpack"]
+__all__ = ["Measured", "env_for", "measure", "ratios", "run_order", "summary", "unpack"]
 
 WORKING_TREE = "."
 _NOT_SAMPLED = "not sampled (the run was too short)"
@@ -105,6 +107,11 @@ def measure(version: str, tree: Path, *, mb: float, rounds: int, work_s: float) 
     return Measured(version, result["median_ms"], result["mean_ms"], dict(result["cpu_ms"]))
 
 
+def run_order(pair: int) -> tuple[str, str]:
+    """Which side runs first in pair ``pair`` (0-based): BASE in the even pairs, NEW in the odd ones."""
+    return ("base", "new") if pair % 2 == 0 else ("new", "base")
+
+
 def env_for(tree: Path) -> dict[str, str]:
     """Our environment with ``tree`` first on ``PYTHONPATH``: the processes started with it (and theirs)
     import that tree's packages, ahead of this checkout's editable install."""
@@ -151,9 +158,9 @@ def summary(pairs: list[tuple[Measured, Measured]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(__doc__)
-    parser.add_argument("base", help="git revision measured first in every pair ('.' for the working tree)")
+    parser.add_argument("base", help="git revision to compare against ('.' for the working tree)")
     parser.add_argument("new", nargs="?", default=WORKING_TREE, help="git revision or '.' (default: '.')")
-    parser.add_argument("--pairs", type=positive_int, default=3, help="BASE, NEW runs in turns (default 3)")
+    parser.add_argument("--pairs", type=positive_int, default=3, help="BASE and NEW runs (default 3)")
     parser.add_argument("--mb", type=float, default=1.6, help="model size in MB (default 1.6)")
     parser.add_argument("--rounds", type=positive_int, default=300, help="sync rounds a run (default 300)")
     parser.add_argument("--work-s", type=float, default=0.0, help="pretend training before each sync, s")
@@ -165,16 +172,17 @@ def main(argv: list[str] | None = None) -> None:
         pairs_text = f"{args.pairs} pair" + ("s" if args.pairs > 1 else "")
         print(f"{pairs_text} of {args.rounds} rounds, {args.mb:g} MB, {args.work_s:g} s of training")
         pairs = []
-        for _ in range(args.pairs):
-            runs = []
-            for name in (args.base, args.new):
+        for number in range(args.pairs):
+            runs: dict[str, Measured] = {}
+            for side in run_order(number):
+                name = args.base if side == "base" else args.new
                 try:
                     measured = measure(name, trees[name], mb=args.mb, rounds=args.rounds, work_s=args.work_s)
                 except RuntimeError as exc:
                     raise SystemExit(f"bench/compare.py: {exc}") from None
                 print(measured.line(), flush=True)
-                runs.append(measured)
-            pairs.append((runs[0], runs[1]))
+                runs[side] = measured
+            pairs.append((runs["base"], runs["new"]))
     print("\n".join(summary(pairs)))
 
 

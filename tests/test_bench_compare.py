@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import ROOT
-from bench.compare import Measured, env_for, main, ratios, summary, unpack
+from bench.compare import Measured, env_for, main, ratios, run_order, summary, unpack
 
 GIT_CHECKOUT = (ROOT / ".git").exists()
 
@@ -62,6 +62,12 @@ def test_the_summary_gives_both_means_their_ratio_and_the_pairs_spread() -> None
     assert "         CPU SLs: base  12.50 ms, new  11.50 ms" in lines
     unsampled = (_measured("HEAD~1", 20.0, 30.0), Measured(".", 20.0, 21.0, {}))  # a run too short for it
     assert summary([*pairs, unsampled])[2] == lines[2]  # the CPU of the pairs that have it on both sides
+
+
+def test_the_side_that_runs_first_changes_every_pair() -> None:
+    assert [run_order(pair) for pair in range(4)] == [
+        ("base", "new"), ("new", "base"), ("base", "new"), ("new", "base")
+    ]  # fmt: skip
 
 
 def test_a_nonsense_size_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
