@@ -1,4 +1,4 @@
-"""The daemons' log lines (``daemons/logs.py``) and the bus's topic filters (``daemons/bus/topics.py``)."""
+"""The daemons' log lines (``daemons/logs.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from daemons.bus.topics import topic_matches
 from daemons.logs import LineFormatter, setup_logging
 
 
@@ -71,23 +70,3 @@ def test_setup_logging_writes_the_same_lines_to_stderr_and_the_file(
                 handler.close()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-
-
-@pytest.mark.parametrize(
-    ("topic_filter", "topic", "expected"),
-    [
-        ("swarm/v1/n/nodes/+/+/ev/round/c", "swarm/v1/n/nodes/sn-1/sn-1/ev/round/c", True),
-        ("swarm/v1/n/nodes/+/+/ev/round/c", "swarm/v1/n/nodes/sn-1/sn-1/ev/round/c2", False),
-        ("swarm/v1/n/nodes/+/+/ev/round/c", "swarm/v1/n/nodes/sn-1/ev/round/c", False),
-        ("swarm/v1/n/nodes/sl-1/sl1/blob/#", "swarm/v1/n/nodes/sl-1/sl1/blob/x/c", True),
-        ("swarm/v1/n/nodes/sl-1/sl1/blob/#", "swarm/v1/n/nodes/sl-1/sl2/blob/x/c", False),
-        ("swarm/v1/n/#", "swarm/v1/n", True),
-        ("a/+", "a", False),
-        ("a/b", "a/b/c", False),
-    ],
-)
-def test_topic_filters_match_as_mqtt_says_asked_once_or_again(
-    topic_filter: str, topic: str, expected: bool
-) -> None:
-    assert topic_matches(topic_filter, topic) is expected
-    assert topic_matches(topic_filter, topic) is expected  # the kept answer is the same

@@ -19,12 +19,21 @@ __all__ = ["PREFIX", "Topics", "namespace_of", "sender_of", "topic_matches"]
 PREFIX = "swarm/v1"
 
 
-@lru_cache(maxsize=4096)
+_KEPT_TOPIC_CHARS = 512  # longer than any topic of ours: a peer's odd topic is matched, not kept
+
+
 def topic_matches(topic_filter: str, topic: str) -> bool:
     """MQTT wildcard match of ``topic`` against ``topic_filter`` (``+`` one level, ``#`` the rest).
 
-    Kept for the last few thousand pairs: a session matches every message against each of its filters,
-    and in a sync round the same few topics (a reply, a round event) come again and again."""
+    The answers for the last few thousand pairs are kept: a session matches every message against each
+    of its filters, and in a sync round the same few topics (a reply, a round event) come again and again.
+    """
+    if len(topic) > _KEPT_TOPIC_CHARS or len(topic_filter) > _KEPT_TOPIC_CHARS:
+        return _matches(topic_filter, topic)
+    return _kept_matches(topic_filter, topic)
+
+
+def _matches(topic_filter: str, topic: str) -> bool:
     f_parts = topic_filter.split("/")
     t_parts = topic.split("/")
     for i, part in enumerate(f_parts):
@@ -33,6 +42,9 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
         if i >= len(t_parts) or (part not in ("+", t_parts[i])):
             return False
     return len(f_parts) == len(t_parts)
+
+
+_kept_matches = lru_cache(maxsize=4096)(_matches)
 
 
 def namespace_of(topic: str) -> tuple[str, str] | None:
