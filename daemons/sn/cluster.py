@@ -36,6 +36,8 @@ __all__ = ["ClusterRole"]
 
 log = logging.getLogger("swarm.sn.cluster")
 SealingRole = Callable[[Ledger], Coroutine[Any, Any, None]]
+FEED_WAIT = 0.5  # s: the stream's feed brings a new block within this unless its consumer is made again
+FETCH_AT_MOST = 64  # blocks read one by one when the feed lags; a longer backlog is the feed's to bring
 
 
 class ClusterRole:
@@ -162,6 +164,41 @@ class ClusterRole:
             return f"its sealer {sealer!r} is not an SN of this swarm"
         return None
 
+    async def reach(self, height: int, timeout: float) -> bool:
+        """True once the local chain holds ``height`` (within ``timeout``): from the stream's feed or, when
+        that lags, from the stream itself. The feed's ordered consumer is made again after the NATS node it
+        read from died, which took 10-16 s while the stream, on the surviving nodes, had the block."""
+        if await self.wait_for(height, timeout=min(FEED_WAIT, timeout)):
+            return True
+        deadline = time.monotonic() + max(timeout - FEED_WAIT, 0.0)
+        before = self.ledger.height
+        if height - before <= FETCH_AT_MOST:
+            try:
+                await self._fetch_up_to(height)
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.info("cannot read block %d from the stream yet: %s", height, exc or type(exc).__name__)
+        if self.ledger.height > before:
+            log.info("read blocks %d-%d from the stream: its feed lags", before + 1, self.ledger.height)
+        return await self.wait_for(height, timeout=max(deadline - time.monotonic(), 0.0))
+
+    async def _fetch_up_to(self, height: int) -> None:
+        """Append the blocks after our head up to ``height``, read one by one from the stream and checked
+        as ``follow`` checks them (a block ``follow`` brings as well is then only compared)."""
+        while self.ledger.height < height:
+            number = self.ledger.height + 1
+            raw = await self.log.block(number)
+            problem = self._foreign_sealer(raw)
+            if problem is not None:
+                log.warning("block %d of the stream is refused: %s", number, problem)
+                return  # follow meets it too, and stops this SN
+            try:
+                await asyncio.to_thread(self._append, raw)
+            except (BlockError, ChainError) as exc:
+                log.warning("block %d of the stream is refused: %s", number, exc)
+                return
+            async with self._advanced:
+                self._advanced.notify_all()
+
     async def wait_for(self, height: int, timeout: float) -> bool:
         """True once the local chain holds ``height``."""
         async with self._advanced:
@@ -205,7 +242,7 @@ class ClusterRole:
     async def _seal_while_leading(self, revision: int, sealing_role: SealingRole) -> None:
         started = time.monotonic()
         head = await self.log.height()
-        await self.wait_for(head, timeout=60)
+        await self.reach(head, timeout=60)
         log.warning("this SN seals now (lease won; caught up to block %d)", head)
         self.fenced.clear()
         self.sealing = True
@@ -249,7 +286,11 @@ class ClusterRole:
     async def forward(self, raw: bytes) -> dict[str, Any]:
         """Submit a write to the SN that seals; return (or refuse a resent one the ledger holds) once our
         copy holds its block."""
-        sealer = await self.log.sealer()
+        try:
+            sealer = await self.log.sealer()
+        except (nats.errors.Error, TimeoutError) as exc:  # JetStream has no quorum this moment
+            reason = exc or type(exc).__name__
+            raise RpcError("failover", f"cannot tell which SN seals now ({reason}); try again") from None
         if sealer is None or sealer == self._bus.uid:
             raise RpcError("failover", "no SN seals right now (a failover is under way); try again")
         try:
@@ -259,5 +300,5 @@ class ClusterRole:
 
     async def _reach(self, height: int) -> None:
         """Wait (at most 10 s) until our copy holds block ``height`` (read your writes)."""
-        if not await self.wait_for(height, timeout=10):
+        if not await self.reach(height, timeout=10):
             log.warning("block %d has not reached this SN yet", height)
