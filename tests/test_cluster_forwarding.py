@@ -59,7 +59,7 @@ async def test_a_lagging_sn_reads_the_blocks_it_waits_for_from_the_stream(
             assert lagging.ledger.height == height == 3
             assert lagging.ledger.raw_blocks(0) == sealer.ledger.raw_blocks(0)
             assert set(lagging.ledger.state.contracts) >= {"c1", "c2", "c3"}
-            follow = asyncio.create_task(lagging.follow())  # the feed, when it comes, only compares them
+            follow = asyncio.create_task(lagging.follow())  # the feed goes on after the blocks read
             try:
                 height = await _seal_and_append(sealer, "c4")
                 assert await lagging.wait_for(height, timeout=10)
