@@ -78,7 +78,10 @@ async def test_a_block_of_a_sealer_outside_the_swarm_is_not_taken_from_the_strea
             with caplog.at_level(logging.WARNING, logger="swarm.sn.cluster"):
                 assert not await lagging.reach(height, timeout=1)
             assert lagging.ledger.height == 0
-            refused = "block 1 of the stream is refused: its sealer 'sn-9' is not an SN of this swarm"
+            refused = (
+                "block 1 is refused: its sealer 'sn-9' is not an SN of this swarm"
+                " (read from the stream; this SN waits for its feed)"
+            )
             assert refused in caplog.text
 
 

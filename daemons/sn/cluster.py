@@ -139,12 +139,20 @@ class ClusterRole:
                 if raw != self.ledger.raw_blocks(height, height + 1)[0]:
                     raise ChainError(height, f"block {height} of the cluster differs from ours (a fork)")
                 continue
-            problem = self._foreign_sealer(raw)
-            if problem is not None:
-                raise ChainError(height, f"block {height} is refused: {problem}", self._chain.path)
-            await asyncio.to_thread(self._append, raw)
-            async with self._advanced:
-                self._advanced.notify_all()
+            await self._take(height, raw)
+
+    async def _take(self, height: int, raw: bytes) -> None:
+        """Append block ``height`` of the stream to our copy and wake those waiting for it.
+
+        Raises:
+            ChainError: its sealer may not seal here, or it does not verify or extend our chain.
+        """
+        problem = self._foreign_sealer(raw)
+        if problem is not None:
+            raise ChainError(height, f"block {height} is refused: {problem}", self._chain.path)
+        await asyncio.to_thread(self._append, raw)
+        async with self._advanced:
+            self._advanced.notify_all()
 
     def _append(self, raw: bytes) -> None:
         with self._chain.lock:
@@ -182,22 +190,16 @@ class ClusterRole:
         return await self.wait_for(height, timeout=max(deadline - time.monotonic(), 0.0))
 
     async def _fetch_up_to(self, height: int) -> None:
-        """Append the blocks after our head up to ``height``, read one by one from the stream and checked
-        as ``follow`` checks them (a block ``follow`` brings as well is then only compared)."""
+        """Append the blocks after our head up to ``height``, read one by one from the stream and taken as
+        ``follow`` takes them (a block ``follow`` brings as well is then only compared)."""
         while self.ledger.height < height:
             number = self.ledger.height + 1
-            raw = await self.log.block(number)
-            problem = self._foreign_sealer(raw)
-            if problem is not None:
-                log.warning("block %d of the stream is refused: %s", number, problem)
-                return  # follow meets it too, and stops this SN
             try:
-                await asyncio.to_thread(self._append, raw)
-            except (BlockError, ChainError) as exc:
-                log.warning("block %d of the stream is refused: %s", number, exc)
+                await self._take(number, await self.log.block(number))
+            except (BlockError, ChainError) as exc:  # follow meets it too, and stops this SN
+                reason = exc.reason if isinstance(exc, ChainError) else str(exc)
+                log.warning("%s (read from the stream; this SN waits for its feed)", reason)
                 return
-            async with self._advanced:
-                self._advanced.notify_all()
 
     async def wait_for(self, height: int, timeout: float) -> bool:
         """True once the local chain holds ``height``."""
