@@ -441,15 +441,16 @@ def _layout_plan(layout: Sequence[TensorLayout], total: int) -> _LayoutPlan:
     try:
         hash(key)
     except TypeError:  # an entry holds a list (a shape from msgpack, say)
-        tensors = _parse_layout(layout, total)
-        return tuple(tensors), tuple(_spans(tensors))
-    return _cached_plan(key, total)
+        return _checked_plan(key, total)
+    return _kept_plan(key, total)
 
 
-@lru_cache(maxsize=8)
-def _cached_plan(layout: tuple[TensorLayout, ...], total: int) -> _LayoutPlan:
+def _checked_plan(layout: tuple[TensorLayout, ...], total: int) -> _LayoutPlan:
     tensors = _parse_layout(layout, total)
     return tuple(tensors), tuple(_spans(tensors))
+
+
+_kept_plan = lru_cache(maxsize=8)(_checked_plan)
 
 
 def _parse_layout(layout: Sequence[TensorLayout], total: int) -> list[_Tensor]:
