@@ -141,7 +141,7 @@ def summary(pairs: list[tuple[Measured, Measured]]) -> list[str]:
         if not values:
             lines.append(f"{label:>16}: {_NOT_SAMPLED}")
             continue
-        spread = [n / b for b, n in values]
+        spread = ratios(pairs, figure)
         base = statistics.mean(b for b, _ in values)
         new = statistics.mean(n for _, n in values)
         lines.append(
