@@ -94,16 +94,19 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster_env() -> Iterator[None]:
-    """Subscriptions at QoS 0, as every process on a NATS cluster's MQTT runs (docs/protocol.md)."""
-    old = os.environ.get("SWARM_SUBSCRIBE_QOS")
-    os.environ["SWARM_SUBSCRIBE_QOS"] = "0"
+    """Subscriptions and publishes at QoS 0, as every process on a NATS cluster's MQTT runs
+    (docs/protocol.md)."""
+    names = ("SWARM_SUBSCRIBE_QOS", "SWARM_PUBLISH_QOS")
+    old = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "0"))
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("SWARM_SUBSCRIBE_QOS", None)
-        else:
-            os.environ["SWARM_SUBSCRIBE_QOS"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _start_cluster_sn(procs: Processes, cluster: Cluster, uid: str, data: Path, *, sentinel: bool) -> None:

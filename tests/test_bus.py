@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import aiomqtt
 import numpy as np
 import pytest
 
@@ -54,6 +55,29 @@ async def test_request_reply(make_bus: MakeBus) -> None:
         assert reply == {"method": "ping", "body": {"x": [1, 2]}, "sender": "swci-1"}
         replies = await asyncio.gather(*(client.request("sn-1", "n", {"i": i}) for i in range(50)))
         assert [r["body"]["i"] for r in replies] == list(range(50))
+
+
+async def test_at_qos_0_requests_replies_and_events_travel_unacknowledged(
+    make_bus: MakeBus, mosquitto: ManagedBroker
+) -> None:
+    """``SWARM_PUBLISH_QOS=0`` and ``SWARM_SUBSCRIBE_QOS=0`` (a NATS cluster's bus): every message goes at
+    QoS 0, which a QoS-1 subscriber sees on the messages it is handed, and request/reply works as before."""
+    qos0 = {"publish_qos": 0, "subscribe_qos": 0}
+    async with make_bus("sn-1", "sn", **qos0) as server, make_bus("swci-1", "swci", **qos0) as client:
+        server.serve(echo)
+        root = server.topics.root
+        async with aiomqtt.Client("127.0.0.1", mosquitto.port) as watcher:
+            await watcher.subscribe(f"{root}/#", qos=1)
+            replies = await asyncio.gather(*(client.request("sn-1", "n", {"i": i}) for i in range(20)))
+            assert [r["body"]["i"] for r in replies] == list(range(20))
+            await server.send(f"{root}/nodes/sn-1/sn-1/ev/block", "block", {"height": 1})
+            seen: dict[str, int] = {}
+            async with asyncio.timeout(10):
+                async for message in watcher.messages:
+                    seen[str(message.topic).split("/")[-2]] = message.qos
+                    if "ev" in seen:
+                        break
+        assert seen == {"req": 0, "rep": 0, "ev": 0}
 
 
 async def test_errors_are_typed_and_name_the_peer(make_bus: MakeBus) -> None:
@@ -127,8 +151,9 @@ async def test_a_request_under_an_expired_certificate_is_answered_with_why(
         assert rpc.rejected == 1
 
 
+@pytest.mark.parametrize("qos", [1, 0])
 async def test_presence_is_retained_and_the_will_says_offline(
-    make_bus: MakeBus, mosquitto: ManagedBroker, network: str
+    make_bus: MakeBus, mosquitto: ManagedBroker, network: str, qos: int
 ) -> None:
     script = textwrap.dedent(
         f"""
@@ -136,7 +161,8 @@ async def test_presence_is_retained_and_the_will_says_offline(
         from daemons.bus import Bus, BusConfig
         from daemons.bus.config import BrokerAddress
         async def main():
-            cfg = BusConfig(BrokerAddress("127.0.0.1", {mosquitto.port}), "sl-7", "sl", network="{network}")
+            cfg = BusConfig(BrokerAddress("127.0.0.1", {mosquitto.port}), "sl-7", "sl", network="{network}",
+                            publish_qos={qos})
             async with Bus(cfg, presence={{"role": "sl", "pid": 1}}):
                 print("up", flush=True)
                 await asyncio.sleep(60)

@@ -14,7 +14,7 @@ from contracts.ledger import Ledger
 from daemons.broker import free_port
 from daemons.broker.nats import NatsNode, NatsSettings, find_nats_server, render_nats_config
 from daemons.broker.settings import BrokerTLS
-from daemons.bus.config import BrokerAddress, keepalive_from_env, subscribe_qos_from_env
+from daemons.bus.config import BrokerAddress, keepalive_from_env, publish_qos_from_env, subscribe_qos_from_env
 from daemons.sn import cli as sn_cli
 from daemons.sn.chain import LocalChain
 from daemons.sn.cluster import ClusterRole
@@ -52,6 +52,13 @@ def test_subscribe_qos_comes_from_the_environment() -> None:
     assert subscribe_qos_from_env({"SWARM_SUBSCRIBE_QOS": "0"}) == 0
     with pytest.raises(ValueError, match="must be 0 or 1"):
         subscribe_qos_from_env({"SWARM_SUBSCRIBE_QOS": "2"})
+
+
+def test_publish_qos_comes_from_the_environment() -> None:
+    assert publish_qos_from_env({}) == 1
+    assert publish_qos_from_env({"SWARM_PUBLISH_QOS": " 0 "}) == 0
+    with pytest.raises(ValueError, match=r"SWARM_PUBLISH_QOS='1\.0' must be 0 or 1"):
+        publish_qos_from_env({"SWARM_PUBLISH_QOS": "1.0"})
 
 
 def test_keepalive_comes_from_the_environment() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_PORT", "BrokerAddress", "BusConfig", "subscribe_qos_from_env"]
+__all__ = ["DEFAULT_PORT", "BrokerAddress", "BusConfig", "publish_qos_from_env", "subscribe_qos_from_env"]
 
 DEFAULT_PORT = 30304  # the reference system's SN API port; our SN's broker listens there
 
@@ -70,9 +70,26 @@ def subscribe_qos_from_env(env: Mapping[str, str] | None = None) -> int:
     and re-creating hundreds of them after a node dies stalls the cluster; request/reply resends and
     transfers re-fetch, so nothing relies on the broker's redelivery.
     """
-    text = (os.environ if env is None else env).get("SWARM_SUBSCRIBE_QOS", "1").strip()
+    return _qos_from_env("SWARM_SUBSCRIBE_QOS", env)
+
+
+def publish_qos_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``SWARM_PUBLISH_QOS`` (0 or 1, default 1): the QoS of every publish, the presence and its will too.
+
+    0 for a NATS cluster's MQTT: there a QoS-1 publish is stored in a replicated JetStream stream before
+    the broker acknowledges it, and while a dead node's stream leaders are replaced (seconds) the broker
+    closes the connection of every client whose publish was not stored within 5 s (their wills fire);
+    at QoS 0 a message only travels (a retained presence is still kept). Requests are resent until
+    answered and views read again after a quiet spell, so a message lost with a connection costs a
+    resend, as one lost by a QoS-0 subscription does.
+    """
+    return _qos_from_env("SWARM_PUBLISH_QOS", env)
+
+
+def _qos_from_env(name: str, env: Mapping[str, str] | None) -> int:
+    text = (os.environ if env is None else env).get(name, "1").strip()
     if text not in ("0", "1"):
-        raise ValueError(f"SWARM_SUBSCRIBE_QOS={text!r} must be 0 or 1")
+        raise ValueError(f"{name}={text!r} must be 0 or 1")
     return int(text)
 
 
@@ -108,3 +125,4 @@ class BusConfig:
     backoff_cap: float = 2.0  # reconnects: a broker that is back is found within ~2 s
     first_connect_poll: float = 0.1  # before the first connection: a broker starting beside us
     subscribe_qos: int = field(default_factory=subscribe_qos_from_env)
+    publish_qos: int = field(default_factory=publish_qos_from_env)

@@ -84,7 +84,7 @@ class Endpoint(Protocol):
         topic: str,
         payload: bytes,
         *,
-        qos: int = 1,
+        qos: int | None = None,
         retain: bool = False,
         timeout: float | None = None,
     ) -> None: ...

@@ -246,7 +246,7 @@ class Bus:
             will = aiomqtt.Will(
                 self.topics.presence(self.uid),
                 self._presence_payload("offline"),
-                qos=1,
+                qos=cfg.publish_qos,
                 retain=True,
             )
         return DirectClient(
@@ -398,7 +398,9 @@ class Bus:
         client = self._client
         if client is not None:
             payload = self._presence_payload(state)
-            await client.publish(self.topics.presence(self.uid), payload, qos=1, retain=True)
+            await client.publish(
+                self.topics.presence(self.uid), payload, qos=self.config.publish_qos, retain=True
+            )
 
     async def wait_reconnect(self, timeout: float) -> bool:
         """True once this session reconnects (the broker is back), False after ``timeout`` seconds."""
@@ -430,11 +432,13 @@ class Bus:
         topic: str,
         payload: bytes,
         *,
-        qos: int = 1,
+        qos: int | None = None,
         retain: bool = False,
         timeout: float | None = None,
     ) -> None:
-        """Publish, waiting through a reconnect if needed; raise BusError after ``timeout``."""
+        """Publish (at ``qos``, by default the session's ``publish_qos``), waiting through a reconnect if
+        needed; raise BusError after ``timeout``."""
+        qos = self.config.publish_qos if qos is None else qos
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or self.config.publish_timeout)
         while True:
