@@ -99,7 +99,9 @@ async def find_sn(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     settle = loop.time() + min(_SETTLE, timeout)
-    async with bus.subscribe(bus.topics.presence(), maxsize=100_000) as sub:
+    # kept: no SUBSCRIBE and UNSUBSCRIBE per search (a failover searches often; on NATS each one is a
+    # write to its session store); the bus hands a new block the presences the broker sent before
+    async with bus.subscribe(bus.topics.presence(), maxsize=100_000, keep=True) as sub:
         while True:
             now = loop.time()
             choice = _pick_sn(found, prefer, avoid if now < settle else None)

@@ -33,6 +33,7 @@ from daemons.bus.config import BrokerAddress
 from daemons.bus.endpoint import Subscription
 from daemons.bus.mqtt_client import DirectClient
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
+from daemons.ledger_client import find_sn
 from tests.conftest import MakeBus, bus_factory, eventually
 from wire import encode_envelope, make_envelope
 from wire.tensors import FlatState
@@ -326,6 +327,29 @@ async def _pair(make_bus: MakeBus, *path: str, publish_timeout: float = 30.0) ->
         yield _Pair(
             listener, sender, listener.topics.events("sn-1", *path), sender.topics.event("sn-1", *path)
         )
+
+
+async def test_a_subscription_sharing_the_brokers_filter_still_gets_the_retained_presences(
+    make_bus: MakeBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker sends retained messages only on SUBSCRIBE, and a bus sends one per filter: a second
+    block on a filter the bus holds (an SN looked for while the node's presence watcher runs) gets the
+    presences from the bus, as the broker would have sent them."""
+    calls = _BrokerCalls(monkeypatch)
+    async with make_bus("sn-1", "sn", presence={"role": "sn"}), make_bus("sl-1") as node:
+        everyone = node.topics.presence()
+        async with node.subscribe(everyone) as first:
+            assert node.open(await asyncio.wait_for(first.get(), 5)).sender == "sn-1"
+            async with node.subscribe(everyone) as second:
+                again = await asyncio.wait_for(second.get(), 5)
+                assert again.retain
+                assert node.open(again).body["state"] == "online"
+            assert await find_sn(node, timeout=3) == "sn-1"  # before: nothing came, "no SN is online"
+        assert calls.subscribes.count(everyone) == 1
+        for _ in range(3):  # a failover searches again and again: kept, never unsubscribed
+            assert await find_sn(node, timeout=3) == "sn-1"
+        assert calls.subscribes.count(everyone) == 1
+        assert everyone not in calls.unsubscribes
 
 
 async def test_a_kept_filter_is_subscribed_once_and_its_next_block_sees_what_follows(

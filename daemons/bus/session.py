@@ -26,6 +26,7 @@ from daemons.bus.config import BrokerAddress, BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
 from daemons.bus.mqtt_client import DirectClient
+from daemons.bus.retained import RetainedPresence
 from daemons.bus.rpc import Handler, RpcClient, RpcServer, subscribe_requests
 from daemons.bus.topics import Topics, namespace_of, topic_matches
 from wire import (
@@ -120,6 +121,7 @@ class Bus:
         self._subs: list[Subscription] = []
         self._at_broker: dict[str, aiomqtt.Client] = {}  # filter -> the connection that has its SUBACK
         self._kept: set[str] = set()  # filters subscribed with keep: never unsubscribed
+        self._retained = RetainedPresence(self.topics.presence())  # for subscriptions sharing a filter
         self._client: aiomqtt.Client | None = None
         self._connected = asyncio.Event()
         self._failed = asyncio.Event()
@@ -340,6 +342,7 @@ class Bus:
         if owner is not None and owner[0] in self.refused:
             self._note_refused(owner[0], msg.topic)
             return
+        self._retained.note(msg)
         for sub in self._subs:
             if topic_matches(sub.filter, msg.topic):
                 sub.offer(msg)
@@ -523,6 +526,9 @@ class Bus:
                     await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
                     self._at_broker[topic_filter] = client
                 raise_if_cancelling()
+            elif client is not None:  # the broker's subscription is shared: no retained messages come
+                for message in self._retained.matching(topic_filter):
+                    sub.offer(message)
             yield sub
         finally:
             self._subs.remove(sub)

@@ -45,7 +45,11 @@ class Liveness:
     async def run(self) -> None:
         """Watch presence until cancelled."""
         topic = self._bus.topics.presence()
-        async with self._bus.subscribe(topic, maxsize=100_000) as sub, asyncio.TaskGroup() as group:
+        # kept: a sealer that loses its lease and wins it again does not unsubscribe and subscribe
+        async with (
+            self._bus.subscribe(topic, maxsize=100_000, keep=True) as sub,
+            asyncio.TaskGroup() as group,
+        ):
             group.create_task(self._sweep_after_grace())
             async for message in sub:
                 raise_if_cancelling()
