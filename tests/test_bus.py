@@ -71,7 +71,7 @@ async def test_at_qos_0_requests_replies_and_events_travel_unacknowledged(
             await watcher.subscribe(f"{root}/#", qos=1)
             replies = await asyncio.gather(*(client.request("sn-1", "n", {"i": i}) for i in range(20)))
             assert [r["body"]["i"] for r in replies] == list(range(20))
-            await server.send(f"{root}/nodes/sn-1/sn-1/ev/block", "block", {"height": 1})
+            await server.send(server.topics.event("sn-1", "block"), "block", {"height": 1})
             seen: dict[str, int] = {}
             async with asyncio.timeout(10):
                 async for message in watcher.messages:
