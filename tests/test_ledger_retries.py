@@ -24,7 +24,7 @@ class _Recorded(Patience):
 
 
 @pytest.mark.parametrize(("code", "failover"), [("failover", True), ("unavailable", False)])
-async def test_an_sn_that_says_a_failover_is_under_way_is_asked_again_soon(
+async def test_each_retry_is_told_whether_the_sn_said_a_failover_is_under_way(
     make_bus: MakeBus, code: str, failover: bool
 ) -> None:
     refusals = 3
