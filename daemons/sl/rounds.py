@@ -47,6 +47,10 @@ class _Prefetch(NamedTuple):
 
 log = logging.getLogger("swarm.sl.rounds")
 _REREAD_AFTER = 10.0
+# How long a leader reads its round again while its SN's copy of the chain has not closed it yet
+# (a clustered SN that forwards writes may be a block behind the sealer whose event it reacted to).
+_LAGGING_READ_WAIT = 10.0
+_LAGGING_READ_POLL = 0.05
 _UNCONFIRMED_KEPT = 8  # early-taken merged models whose record is awaited, at most
 _DATAPLANE_RETRY = 60.0  # seconds a peer whose data plane failed is pulled from through the broker
 # How long the leader of a final round waits for another participant to take the merged model before it
@@ -902,8 +906,7 @@ class RoundEngine:
 
     async def _lead(self, number: int, own: FlatState, *, going_on: bool = True) -> RoundResult | None:
         timer = self._timer if going_on else RoundTimer()
-        view = await self.ledger.query("contract.rounds", name=self.contract)
-        rnd = _find(view, number)
+        view, rnd = await self._read_closed(number)
         timer.mark("lead_query")
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
             return None  # replaced meanwhile
@@ -946,6 +949,22 @@ class RoundEngine:
         return await self._conclude(
             rnd, done.flat, done.manifest, done.contributors, done.excluded, timer, going_on=going_on
         )
+
+    async def _read_closed(
+        self, number: int, wait: float = _LAGGING_READ_WAIT
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The rounds view and round ``number`` in it, read again for up to ``wait`` seconds while the SN
+        shows the round not yet closed: the close that made us its leader came from the sealer's event,
+        and a clustered SN that forwards writes may read from a copy a block behind (it catches up in
+        moments). Taken for a replaced leader, such a read left the round to its leader timeout (30 s)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            view = await self.ledger.query("contract.rounds", name=self.contract)
+            rnd = _find(view, number)
+            if (rnd is not None and rnd.get("status") != "OPEN") or loop.time() >= deadline:
+                return view, rnd
+            await asyncio.sleep(_LAGGING_READ_POLL)
 
     async def _conclude(
         self,
