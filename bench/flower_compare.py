@@ -295,8 +295,8 @@ def rows_for(ours: Outcome, flower: Outcome, rounds: int, epochs: int) -> list[d
             f"vs Flower: wall time to a tested final model ({job})", ours.wall_s, "s", base, flower.wall_s,
             target="ratio <= 0.2",
             note=(
-                f"{prefix}from the first process started; accuracy {ours.accuracy:.3f} (Flower "
-                f"{flower.accuracy:.3f}) after {rounds} merges; first round done after "
+                f"{prefix}from the first process started; accuracy {ours.accuracy:.4f} (Flower "
+                f"{flower.accuracy:.4f}) after {rounds} merges; first round done after "
                 f"{ours.first_round_s:.1f} s "
                 f"(Flower {flower.first_round_s:.1f} s); our taskrunner COMPLETE (all SLs exited) at "
                 f"{ours.extra['complete_s']:.1f} s"
@@ -314,8 +314,10 @@ def rows_for(ours: Outcome, flower: Outcome, rounds: int, epochs: int) -> list[d
             f"vs Flower: final test accuracy ({job})", ours.accuracy, "acc", base, flower.accuracy,
             target="ratio >= 1.0",
             note=(
-                f"{prefix}the same 2,000 test digits after {rounds} merges on both sides; same Net, shards, "
-                "batches, Adam; both means weighted by samples"
+                f"{prefix}{ours.accuracy:.4f} against {flower.accuracy:.4f}: the same 2,000 test digits "
+                f"after {rounds} merges on both sides; same Net, shards, batches, Adam; both means weighted "
+                "by samples; how far the merges' float32 rounding alone moves it: the next row "
+                "(bench/summation_order.py)"
             ),
         ),
     ]  # fmt: skip

@@ -37,6 +37,7 @@ BENCHMARKS: tuple[tuple[str, str], ...] = (
     ("rounds", "bench.rounds"),
     ("swarm", "bench.swarm"),
     ("flower", "bench.flower_compare"),
+    ("order", "bench.summation_order"),
     ("scale", "bench.scale"),
     ("fuzz", "bench.fuzz"),
     ("failover", "bench.failover"),

@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SCRIPTS = (
     "bus", "compare", "failover", "faults", "faults_nodes", "flower_compare", "fuzz", "ledger", "ledger_core",
-    "merge", "robust", "rounds", "run_all", "scale", "secagg", "swarm",
+    "merge", "robust", "rounds", "run_all", "scale", "secagg", "summation_order", "swarm",
 )  # fmt: skip
 
 
@@ -50,6 +50,7 @@ def test_help_says_what_it_measures_and_runs_nothing(script: str) -> None:
         ("ledger", ["0"], "argument transactions: 0 is not above 0"),
         ("ledger_core", ["1000", "-5"], "argument batch: -5 is not above 0"),
         ("flower_compare", ["5", "1", "2"], "unrecognized arguments: 2"),
+        ("summation_order", ["0"], "argument rounds: 0 is not above 0"),
         ("faults_nodes", ["nope"], "no row nope; the rows are swop_kill, hung_ml, partition, cert_expiry"),
         ("run_all", ["rounds", "nope"], "no benchmark nope; the benchmarks are bus, merge"),
     ],
