@@ -142,11 +142,15 @@ def _pick_sn(found: dict[str, dict[str, Any]], prefer: str | None, avoid: str | 
 class Watch:
     """Events of one entity kind (and key), newest first-come, duplicates and stale ones dropped."""
 
-    def __init__(self, bus: Bus, sub: Subscription, entity: str) -> None:
+    def __init__(
+        self, bus: Bus, sub: Subscription, entity: str, on_height: Callable[[int], None] | None = None
+    ) -> None:
+        """``on_height``: told the block height of every event that arrives (``LedgerClient.saw``)."""
         self._bus = bus
         self._sub = sub
         self._entity = entity
         self._seen: dict[str, int] = {}
+        self._on_height = on_height
 
     def seen(self, key: str, height: int) -> None:
         """Record that the view of ``key`` at ``height`` is known (from a query)."""
@@ -162,6 +166,8 @@ class Watch:
             async with asyncio.timeout(remaining):
                 message = await self._sub.get()
             event = self._parse(message)
+            if event is not None and self._on_height is not None:
+                self._on_height(event.height)
             if event is not None and event.height > self._seen.get(event.key, -1):
                 self._seen[event.key] = event.height
                 return event
@@ -194,6 +200,14 @@ class LedgerClient:
         if patience is None and timeout is not None:
             patience = Patience(deadline=timeout, attempt=timeout)
         self.patience = patience or Patience.from_env()
+        # The newest block this client knows of (from an event or a receipt). Every read names it, and an
+        # SN whose copy of the chain is behind it waits for that block before answering: a client reads
+        # at least what the sealer's events told it, whichever SN of a cluster it asks.
+        self.height = 0
+
+    def saw(self, height: int) -> None:
+        """Note that the chain holds block ``height`` (from an event or a receipt)."""
+        self.height = max(self.height, height)
 
     @classmethod
     async def connect(
@@ -235,7 +249,10 @@ class LedgerClient:
                 raise Rejected(kind, exc.message) from None
             log.info("%s was sealed before its answer came back (%s)", kind, exc.message)
             return await self._duplicate_receipt(kind, body)
-        return dict(result or {})
+        receipt = dict(result or {})
+        if isinstance(receipt.get("height"), int):
+            self.saw(receipt["height"])
+        return receipt
 
     async def _duplicate_receipt(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         receipt: dict[str, Any] = {"duplicate": True}
@@ -249,8 +266,12 @@ class LedgerClient:
         return receipt
 
     async def query(self, query_name: str, /, *, timeout: float | None = None, **args: Any) -> Any:
-        """A read of the ledger's state (see contracts.views.QUERIES for the names and arguments)."""
-        return await self._call("query", {"name": query_name, "args": args}, timeout)
+        """A read of the ledger's state (see contracts.views.QUERIES for the names and arguments), from a
+        state that holds at least the newest block this client saw (``height``)."""
+        body: dict[str, Any] = {"name": query_name, "args": args}
+        if self.height:
+            body["height"] = self.height
+        return await self._call("query", body, timeout)
 
     async def status(self) -> dict[str, Any]:
         """The SN's own status: uid, height, head, sentinel, version."""
@@ -363,4 +384,4 @@ class LedgerClient:
         ``keep``: the broker keeps the subscription for the next watch (``Bus.subscribe``)."""
         topic = self.bus.topics.events("+", entity, key)
         async with self.bus.subscribe(topic, maxsize=10_000, keep=keep) as sub:
-            yield Watch(self.bus, sub, entity)
+            yield Watch(self.bus, sub, entity, self.saw)

@@ -309,3 +309,47 @@ async def test_a_replica_refuses_a_resent_write_only_once_its_copy_holds_the_blo
             assert chain.ledger.height >= sealed["height"]
         finally:
             chain.ledger.close()
+
+
+@pytest.mark.parametrize("signed", ["unsigned"], indirect=True)  # nothing here depends on signatures
+async def test_a_read_naming_a_newer_block_waits_until_the_replica_holds_it(swarm: Swarm) -> None:
+    """Read your events: a client names the newest block it saw (``LedgerClient.height``, from the sealer's
+    events and its receipts); a replica that does not hold it yet waits for it before answering, so the
+    answer is at least as new as what the client saw. Here the read names the next block before it is
+    sealed, so without the wait the replica would answer at once that the contract does not exist."""
+    replica_node = swarm.start_replica()
+    async with swarm.bus() as bus:
+        sentinel, replica = LedgerClient(bus, SENTINEL), LedgerClient(bus, REPLICA)
+        head = int((await caught_up(replica, (await sentinel.status())["height"]))["height"])
+        replica.saw(head + 1)
+        reading = asyncio.create_task(replica.query("contract.info", name="sealed-while-read"))
+        await asyncio.sleep(0.3)  # the read is at the replica, waiting (it would be answered by now)
+        receipt = await sentinel.submit("contract.create", {"name": "sealed-while-read"})
+        assert receipt["height"] == head + 1 and sentinel.height == head + 1  # a receipt counts as seen
+        info = await asyncio.wait_for(reading, 10)
+        assert info["name"] == "sealed-while-read"
+
+        # A block that does not come: answered from what the replica holds once the wait is over.
+        replica.saw(head + 50)
+        with pytest.raises(RemoteError, match="sealed-never") as caught:
+            await replica.query("contract.info", name="sealed-never")
+        assert caught.value.code == "not-found"
+        assert f"block {head + 50} has not reached this SN within" in replica_node.log()
+
+        # The height a read names is checked like any argument.
+        for bad in ("7", -1, True, 2**60):
+            with pytest.raises(RemoteError, match="query's 'height' must be a block height") as caught:
+                await bus.request(
+                    REPLICA, "query", {"name": "contracts", "args": {}, "height": bad}, timeout=15
+                )
+            assert caught.value.code == "bad-request"
+
+
+async def test_a_client_notes_the_heights_of_the_events_it_sees(swarm: Swarm) -> None:
+    async with swarm.bus() as bus:
+        writer, watcher = LedgerClient(bus, SENTINEL), LedgerClient(bus, SENTINEL)
+        async with watcher.watch("contract") as watch:
+            receipt = await writer.submit("contract.create", {"name": "watched"})
+            while (await watch.next(timeout=10)).key != "watched":
+                pass
+        assert watcher.height == writer.height == receipt["height"]

@@ -956,7 +956,9 @@ class RoundEngine:
         """The rounds view and round ``number`` in it, read again for up to ``wait`` seconds while the SN
         shows the round not yet closed: the close that made us its leader came from the sealer's event,
         and a clustered SN that forwards writes may read from a copy a block behind (it catches up in
-        moments). Taken for a replaced leader, such a read left the round to its leader timeout (30 s)."""
+        moments). Taken for a replaced leader, such a read left the round to its leader timeout (30 s).
+        A read names the newest block we saw and such an SN waits for it (``LedgerClient.height``), so
+        this reads again only where that wait ran out, or where the SN predates it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:

@@ -47,6 +47,9 @@ log = logging.getLogger("swarm.sn")
 VERSION = "0.1.0"
 _MAX_BLOCKS_PER_REPLY = 200
 _MAX_HEIGHT = 2**53
+# How long a read that names a block this SN's copy of the chain does not hold yet waits for it (a
+# follower of a cluster or a replica is a block or so behind the sealer whose event the client saw).
+READ_WAIT = 3.0
 
 
 @dataclass
@@ -341,6 +344,7 @@ class SNNode:
         if request.method == "submit":
             return await self._submit(request)
         if request.method == "query":
+            await self._caught_up(request.body.get("height"))
             return self._query(request.body)
         if request.method == "status":
             return self.status()
@@ -373,6 +377,22 @@ class SNNode:
             raise RpcError("rejected", result.reason)
         assert isinstance(result, Accepted)  # noqa: S101
         return {"height": result.height, "index": result.index, **dict(result.receipt)}
+
+    async def _caught_up(self, height: object) -> None:
+        """Before a read that names ``height`` (the newest block its client saw): wait, at most
+        ``READ_WAIT`` s, until this SN's copy of the chain holds that block; then answer from what it
+        holds. A sealer, or a lone SN, holds every block there is."""
+        if height is None:
+            return
+        if not isinstance(height, int) or isinstance(height, bool) or not 0 <= height <= _MAX_HEIGHT:
+            raise RpcError("bad-request", f"query's 'height' must be a block height from 0 to {_MAX_HEIGHT}")
+        assert self.ledger is not None  # noqa: S101
+        following = None if self.sealer is not None else (self.cluster or self.replica)
+        if following is None or self.ledger.height >= height:
+            return
+        if not await following.reach(height, timeout=READ_WAIT):
+            log.info("answering a read at block %d: block %d has not reached this SN within %g s",
+                     self.ledger.height, height, READ_WAIT)  # fmt: skip
 
     def _query(self, body: dict[str, Any]) -> Any:
         assert self.ledger is not None  # noqa: S101

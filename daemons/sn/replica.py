@@ -127,11 +127,17 @@ class Replica:
         holds its block (read your writes)."""
         return await forward_write(self._bus, self.sentinel, raw, self._reach, timeout=30)
 
-    async def _reach(self, height: int) -> None:
-        """Wait (at most 10 s) until our copy holds block ``height``."""
+    async def reach(self, height: int, timeout: float) -> bool:
+        """True once our copy holds block ``height`` (within ``timeout`` seconds)."""
         async with self._advanced:
             try:
-                async with asyncio.timeout(10):
+                async with asyncio.timeout(timeout):
                     await self._advanced.wait_for(lambda: self.ledger.height >= height)
             except TimeoutError:
-                log.warning("block %d has not reached this replica yet", height)
+                return False
+        return True
+
+    async def _reach(self, height: int) -> None:
+        """Wait (at most 10 s) until our copy holds block ``height``."""
+        if not await self.reach(height, timeout=10):
+            log.warning("block %d has not reached this replica yet", height)
