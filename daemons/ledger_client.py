@@ -265,12 +265,15 @@ class LedgerClient:
                     receipt.update(contract=body["contract"], round=rnd["round"])
         return receipt
 
-    async def query(self, query_name: str, /, *, timeout: float | None = None, **args: Any) -> Any:
+    async def query(
+        self, query_name: str, /, *, timeout: float | None = None, at_least: int = 0, **args: Any
+    ) -> Any:
         """A read of the ledger's state (see contracts.views.QUERIES for the names and arguments), from a
-        state that holds at least the newest block this client saw (``height``)."""
+        state that holds at least the newest block this client saw (``height``), or block ``at_least``
+        (one a peer saw; not kept for later reads)."""
         body: dict[str, Any] = {"name": query_name, "args": args}
-        if self.height:
-            body["height"] = self.height
+        if max(self.height, at_least):
+            body["height"] = max(self.height, at_least)
         return await self._call("query", body, timeout)
 
     async def status(self) -> dict[str, Any]:

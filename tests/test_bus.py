@@ -286,6 +286,23 @@ async def test_50mb_state_dict_round_trips_bit_exactly(make_bus: MakeBus) -> Non
             await fetch_state(fetcher, "sl-1", b"\1" * 32)
 
 
+async def test_a_fetch_names_the_newest_block_its_sender_saw(make_bus: MakeBus) -> None:
+    """The holder's check of who may fetch reads the ledger at least there (``RoundEngine.may_fetch``)."""
+    async with make_bus("sl-1") as holder_bus, make_bus("sl-2") as fetcher:
+        holder = StateHolder(holder_bus)
+        asked: list[Any] = []
+
+        async def noting(request: Request) -> Any:
+            asked.append(request.body.get("height"))
+            return await holder.handle_fetch(request)
+
+        holder_bus.serve(noting)
+        manifest = await holder.add(FlatState.from_arrays({"w": np.ones(8, dtype=np.float32)}))
+        await fetch_state(fetcher, "sl-1", manifest.digest, height=23)
+        await fetch_state(fetcher, "sl-1", manifest.digest)
+        assert asked == [23, None]
+
+
 class _BrokerCalls:
     """Counts the SUBSCRIBE and UNSUBSCRIBE packets buses send (still sending them)."""
 

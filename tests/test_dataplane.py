@@ -19,10 +19,13 @@ from daemons.sl.dataplane import (
     DataPlaneServer,
     Endpoint,
     Served,
+    decode_request,
+    encode_request,
     parse_address,
     serving,
 )
-from wire.frames import encode_frame_head
+from wire import CodecError
+from wire.frames import encode_frame_head, header_length
 from wire.tensors import FlatState, Manifest, make_manifest
 
 
@@ -143,7 +146,7 @@ async def test_with_certificates_only_the_swarms_nodes_get_models(tmp_path: Path
     tls = server_context(ours / "sl-1-cert.pem", ours / "sl-1-key.pem", ca)
     proved: list[str | None] = []
 
-    async def note_identity(_digest: bytes, _sender: str, identity: str | None) -> None:
+    async def note_identity(_digest: bytes, _sender: str, identity: str | None, _height: int | None) -> None:
         proved.append(identity)
 
     async with DataPlaneServer(holder, "127.0.0.1", tls=tls, check=note_identity) as server:
@@ -236,10 +239,12 @@ async def test_a_server_closes_while_a_peer_waits_for_a_merge() -> None:
 async def test_the_servers_check_refuses_a_peer_by_name_and_sees_what_it_claims() -> None:
     holder = _holder()
     manifest = _held(holder, _model())
-    asked: list[tuple[bytes, str, str | None]] = []
+    asked: list[tuple[bytes, str, str | None, int | None]] = []
 
-    async def only_the_leader(digest: bytes, sender: str, identity: str | None) -> str | None:
-        asked.append((digest, sender, identity))
+    async def only_the_leader(
+        digest: bytes, sender: str, identity: str | None, height: int | None
+    ) -> str | None:
+        asked.append((digest, sender, identity, height))
         return None if sender == "sl-leader" else f"{sender!r} does not lead the round"
 
     async with DataPlaneServer(holder, "127.0.0.1", check=only_the_leader) as server:
@@ -248,12 +253,13 @@ async def test_the_servers_check_refuses_a_peer_by_name_and_sees_what_it_claims(
         try:
             with pytest.raises(TransferError, match="'sl-spy' does not lead the round"):
                 await spy.fetch(endpoint, manifest.digest)
-            got, _ = await leader.fetch(endpoint, manifest.digest)
+            got, _ = await leader.fetch(endpoint, manifest.digest, height=41)
             assert got.total == manifest.total
         finally:
             await spy.close()
             await leader.close()
-    assert asked == [(manifest.digest, "sl-spy", None), (manifest.digest, "sl-leader", None)]
+    # The leader names the newest ledger block it saw (the close that made it leader): the check reads there.
+    assert asked == [(manifest.digest, "sl-spy", None, None), (manifest.digest, "sl-leader", None, 41)]
     assert holder.served[manifest.digest] == {"sl-leader"}
 
 
@@ -304,3 +310,15 @@ async def test_a_connection_idle_near_the_servers_timeout_is_not_reused(
             assert first.writer.is_closing()
         finally:
             await client.close()
+
+
+def test_a_request_names_the_newest_block_its_sender_saw_and_a_bad_one_is_refused() -> None:
+    digest = bytes(32)
+    frame = encode_request(digest, "sl-1", height=12)
+    assert decode_request(frame[4 : 4 + header_length(frame[:4])]).height == 12
+    frame = encode_request(digest, "sl-1")
+    assert decode_request(frame[4 : 4 + header_length(frame[:4])]).height is None
+    for bad in (-1, True, "12", 2**60):
+        data = encode_frame_head({"op": "get", "digest": digest, "sender": "sl-1", "height": bad})
+        with pytest.raises(CodecError, match="'height' must be a block height"):
+            decode_request(data[4 : 4 + header_length(data[:4])])

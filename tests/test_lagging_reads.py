@@ -7,6 +7,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+
+from daemons.bus import RpcError
+from daemons.sl.node import _fetch_height
 from daemons.sl.rounds import RoundEngine
 
 
@@ -44,3 +48,27 @@ async def test_a_closed_round_is_taken_at_once_whoever_leads_it_and_an_open_one_
     engine, asked = _engine([_view("OPEN")])
     _, rnd = await engine._read_closed(1, wait=0.2)
     assert rnd is not None and rnd["status"] == "OPEN" and len(asked) >= 2  # gives up, as before
+
+
+async def test_a_fetch_of_our_row_is_checked_at_least_at_the_block_its_requester_saw() -> None:
+    """A leader asks for a participant's row once it saw the close that named it (a block of the sealer);
+    the participant's own SN may not hold that block yet, so the participant's check of who leads reads
+    at least there (``at_least``: the SN waits for it) instead of refusing the leader of a round it still
+    sees open."""
+    engine, asked = _engine([_view("CLOSED", leader="sl-2")])
+    engine.checked_in[b"d" * 32] = 1
+    assert await engine.may_fetch(b"d" * 32, "sl-2", height=17) is None
+    assert asked == [("contract.rounds", {"name": "c1", "at_least": 17})]
+    engine, asked = _engine([_view("CLOSED", leader="sl-2")])
+    engine.checked_in[b"d" * 32] = 1
+    assert await engine.may_fetch(b"d" * 32, "sl-2") is None  # an asker that names no block
+    assert asked == [("contract.rounds", {"name": "c1", "at_least": 0})]
+
+
+def test_the_block_a_fetch_over_the_bus_names_is_checked() -> None:
+    assert _fetch_height({"digest": b"d" * 32, "height": 9}) == 9
+    assert _fetch_height({"digest": b"d" * 32}) is None
+    for bad in (-1, True, "9", 2**60, 1.5):
+        with pytest.raises(RpcError, match="fetch's 'height' must be a block height") as caught:
+            _fetch_height({"height": bad})
+        assert caught.value.code == "bad-request"

@@ -329,12 +329,13 @@ async def test_a_read_naming_a_newer_block_waits_until_the_replica_holds_it(swar
         info = await asyncio.wait_for(reading, 10)
         assert info["name"] == "sealed-while-read"
 
-        # A block that does not come: answered from what the replica holds once the wait is over.
-        replica.saw(head + 50)
+        # A block a peer saw (``at_least``, for this read only) that does not come: answered from what
+        # the replica holds once the wait is over.
         with pytest.raises(RemoteError, match="sealed-never") as caught:
-            await replica.query("contract.info", name="sealed-never")
+            await replica.query("contract.info", name="sealed-never", at_least=head + 50)
         assert caught.value.code == "not-found"
         assert f"block {head + 50} has not reached this SN within" in replica_node.log()
+        assert replica.height == head + 1  # a peer's block is not kept for later reads
 
         # The height a read names is checked like any argument.
         for bad in ("7", -1, True, 2**60):

@@ -196,11 +196,13 @@ async def fetch_state(
     max_total: int = MAX_STATE_BYTES,
     spare: np.ndarray | None = None,
     keep: StateHolder | None = None,
+    height: int | None = None,
 ) -> FlatState:
     """Fetch the state with ``digest`` from ``holder``; raise TransferError saying why it failed.
 
     ``spare``: a buffer to reassemble into when the size matches; ``keep``: keep the result
-    servable there (with its verified manifest).
+    servable there (with its verified manifest); ``height``: the newest ledger block we saw (the holder
+    checks who may fetch at least there).
     """
     transfer = f"t{uuid.uuid4().hex[:20]}"
     reassembler = Reassembler(transfer, max_total=max_total, spare=spare)
@@ -210,7 +212,7 @@ async def fetch_state(
         async def receive() -> None:
             wanted: list[int] | None = None
             for _ in range(attempts):
-                await _ask(bus, holder, digest, transfer, wanted)
+                await _ask(bus, holder, digest, transfer, wanted, height)
                 if await _receive(bus, sub, reassembler, idle_timeout):
                     return
                 wanted = reassembler.missing() or None
@@ -234,10 +236,14 @@ async def fetch_state(
     return flat
 
 
-async def _ask(bus: Bus, holder: str, digest: bytes, transfer: str, indices: list[int] | None) -> None:
+async def _ask(
+    bus: Bus, holder: str, digest: bytes, transfer: str, indices: list[int] | None, height: int | None
+) -> None:
     body: dict[str, Any] = {"digest": digest, "transfer": transfer}
     if indices is not None:
         body["chunks"] = indices
+    if height is not None:
+        body["height"] = height
     try:
         await bus.request(holder, FETCH_METHOD, body)
     except BusError as exc:

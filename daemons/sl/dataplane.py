@@ -81,7 +81,8 @@ _MAX_AMONG = 4096
 # What a request over a kept connection fails of: the connection, the peer, or what the peer sent.
 _TRANSFER_ERRORS = (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError)
 # Whether a peer may have a held model: (digest, the uid it claims, its certificate's CN or None) -> why not.
-FetchCheck = Callable[[bytes, str, str | None], Awaitable[str | None]]
+# (digest, requester, the identity its certificate proved, the newest ledger block it saw) -> refusal or None
+FetchCheck = Callable[[bytes, str, str | None, int | None], Awaitable[str | None]]
 _MODELS, _RESULTS = "models", "results"  # the lanes of a client's connections to one peer
 RESULT_WAIT = 60.0  # how long a server waits for the merged model of a round it was asked for
 
@@ -125,11 +126,16 @@ class DataRequest:
     offer_weight: float | None = None  # the weight it checks in with
     offer_file: str | None = None  # the pusher's buffer file holding the offer, instead of a payload
     files: bool = False  # the asker can copy the model from a file of ours (same host, same user)
+    height: int | None = None  # the newest ledger block the asker of a held model saw (its check reads there)
 
 
-def encode_request(digest: bytes, sender: str, *, files: bool = False) -> bytes:
-    """A request for the held model ``digest``; ``files``: the answer may name a file to copy it from."""
-    return encode_frame_head({"op": "get", "digest": digest, "sender": sender, **_files(files)})
+def encode_request(digest: bytes, sender: str, *, files: bool = False, height: int | None = None) -> bytes:
+    """A request for the held model ``digest``; ``files``: the answer may name a file to copy it from;
+    ``height``: the newest ledger block the sender saw (the server checks who may fetch at least there)."""
+    head: dict[str, Any] = {"op": "get", "digest": digest, "sender": sender, **_files(files)}
+    if height is not None:
+        head["height"] = height
+    return encode_frame_head(head)
 
 
 def encode_result_request(
@@ -199,13 +205,21 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
         digest = header.get("digest")
         if not isinstance(digest, bytes) or len(digest) != _DIGEST_BYTES:
             raise CodecError(f"data plane request: 'digest' must be {_DIGEST_BYTES} bytes")
-        return DataRequest(sender, digest=digest, files=files)
+        height = header.get("height")
+        checked = None if height is None else _height(height)
+        return DataRequest(sender, digest=digest, files=files, height=checked)
     contract, number = header.get("contract"), header.get("round")
     if not isinstance(contract, str) or not 0 < len(contract) <= _MAX_UID:
         raise CodecError(f"data plane request: 'contract' must be a name of 1..{_MAX_UID} characters")
     return DataRequest(
         sender, contract=contract, round=_round_number(number), among=_among(header.get("among")), files=files
     )
+
+
+def _height(height: object) -> int:
+    if not isinstance(height, int) or isinstance(height, bool) or not 0 <= height <= _MAX_ROUND:
+        raise CodecError(f"data plane request: 'height' must be a block height from 0 to {_MAX_ROUND}")
+    return height
 
 
 def _round_number(number: object) -> int:
@@ -497,7 +511,7 @@ class DataPlaneServer:
             await _refuse(writer, f"this node does not hold model {digest_hex(digest)}")
             return
         if request.digest is not None and self.check is not None:
-            refusal = await self.check(digest, request.sender, _peer_identity(writer))
+            refusal = await self.check(digest, request.sender, _peer_identity(writer), request.height)
             if refusal is not None:
                 log.warning("data plane: refused a fetch: %s", refusal)
                 await _refuse(writer, refusal)
@@ -664,10 +678,12 @@ class DataPlaneClient:
         idle_timeout: float = 10.0,
         max_total: int = MAX_STATE_BYTES,
         spare: np.ndarray | None = None,
+        height: int | None = None,
     ) -> tuple[FlatState, Manifest]:
-        """The verified model ``digest`` from ``endpoint``; TransferError saying why it failed."""
+        """The verified model ``digest`` from ``endpoint``; TransferError saying why it failed.
+        ``height``: the newest ledger block we saw (the server checks who may fetch at least there)."""
         files = self._files_from(endpoint)
-        request = encode_request(digest, self.uid, files=files)
+        request = encode_request(digest, self.uid, files=files, height=height)
         waits = (idle_timeout, idle_timeout)
         return await self._fetch(endpoint, request, digest, waits, max_total, spare, files=files)
 

@@ -44,6 +44,17 @@ __all__ = ["SLNode", "SLOptions"]
 log = logging.getLogger("swarm.sl")
 
 EXPIRY_LEAD = 2.0  # seconds before its certificate expires that an SL leaves the swarm
+_MAX_HEIGHT = 2**53
+
+
+def _fetch_height(body: dict[str, Any]) -> int | None:
+    """The newest ledger block the asker of a fetch over the bus saw, checked (None when it names none)."""
+    height = body.get("height")
+    if height is None:
+        return None
+    if not isinstance(height, int) or isinstance(height, bool) or not 0 <= height <= _MAX_HEIGHT:
+        raise RpcError("bad-request", f"fetch's 'height' must be a block height from 0 to {_MAX_HEIGHT}")
+    return height
 
 
 @dataclass
@@ -264,7 +275,7 @@ class SLNode:
             engine = self.session.engine if self.session is not None else None
             digest = request.body.get("digest")
             if engine is not None and isinstance(digest, bytes):
-                refused = await engine.may_fetch(digest, request.sender)
+                refused = await engine.may_fetch(digest, request.sender, height=_fetch_height(request.body))
                 if refused is not None:
                     log.warning("refused a fetch: %s", refused)
                     raise RpcError("forbidden", refused)
@@ -273,13 +284,15 @@ class SLNode:
             return await self.secure.handle(request)
         raise RpcError("unknown-method", f"the SL has no method {request.method!r}")
 
-    async def _may_serve(self, digest: bytes, sender: str, identity: str | None) -> str | None:
+    async def _may_serve(
+        self, digest: bytes, sender: str, identity: str | None, height: int | None
+    ) -> str | None:
         """The data plane's check: the same rule as a fetch over the bus (``RoundEngine.may_fetch``)."""
         engine = self.session.engine if self.session is not None else None
         if engine is None:
             return None
         try:
-            return await engine.may_fetch(digest, sender, identity=identity)
+            return await engine.may_fetch(digest, sender, identity=identity, height=height)
         except BusError as exc:  # the ledger could not say who may: refuse, the requester can retry
             return f"cannot check who may fetch model {digest.hex()[:16]} now: {exc}"
 

@@ -860,13 +860,16 @@ class RoundEngine:
         self.checked_in.pop(raw, None)  # a merged model is anyone's to fetch, even if it equals a row
         return result
 
-    async def may_fetch(self, digest: bytes, requester: str, *, identity: str | None = None) -> str | None:
+    async def may_fetch(
+        self, digest: bytes, requester: str, *, identity: str | None = None, height: int | None = None
+    ) -> str | None:
         """Why ``requester`` may not fetch ``digest`` from us, or None when it may.
 
         Our pre-merge weights go only to the leader of the round we checked them in to (read from the
         ledger, so a replacement leader is let in); merged models go to anyone. ``identity``: the CN the
         requester proved (the data plane's mutual TLS); it must be the identity the ledger binds
-        ``requester`` to. (Over the bus the signed envelope proves the sender.)
+        ``requester`` to. (Over the bus the signed envelope proves the sender.) ``height``: the newest
+        block the requester saw (the close that made it leader): the round is read at least there.
         """
         number = self.checked_in.get(digest)
         if number is None or requester == self.uid:
@@ -880,7 +883,7 @@ class RoundEngine:
         for attempt in range(2):  # our SN may not have seen the round close yet: read again once
             if attempt:
                 await asyncio.sleep(0.5)
-            view = await self.ledger.query("contract.rounds", name=self.contract)
+            view = await self.ledger.query("contract.rounds", name=self.contract, at_least=height or 0)
             refusal = fetch_refusal(_find(view, number), requester, self.uid, self.contract)
             if refusal is None:
                 return None
@@ -1411,7 +1414,7 @@ class RoundEngine:
         if endpoint is not None and self.dataplane is not None:
             try:
                 flat, manifest = await self.dataplane.fetch(
-                    endpoint, digest, spare=spare, idle_timeout=self.fetch_timeout
+                    endpoint, digest, spare=spare, idle_timeout=self.fetch_timeout, height=self.ledger.height
                 )
             except TransferError as exc:
                 log.warning("pulling from %s through the broker: its data plane failed: %s", uid, exc)
@@ -1428,6 +1431,7 @@ class RoundEngine:
             spare=spare,
             idle_timeout=self.fetch_timeout,
             keep=self.holder if keep else None,
+            height=self.ledger.height,
         )
 
     async def _endpoint(self, uid: str) -> Endpoint | None:
