@@ -11,6 +11,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import msgpack
 
@@ -21,9 +22,11 @@ from wire.limits import packb
 __all__ = [
     "BLOCK_VERSION",
     "GENESIS_PREV",
+    "MAX_HEIGHT",
     "Block",
     "BlockError",
     "decode_block",
+    "is_height",
     "make_block",
     "tx_hash",
     "tx_root",
@@ -33,6 +36,12 @@ __all__ = [
 BLOCK_VERSION = 1
 GENESIS_PREV = bytes(32)
 MAX_BLOCK_BYTES = 256 * 1024 * 1024
+MAX_HEIGHT = 2**53  # the highest block height a request may name
+
+
+def is_height(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a block height a request may name: an integer (not a bool), 0..MAX_HEIGHT."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_HEIGHT
 
 
 class BlockError(ValueError):

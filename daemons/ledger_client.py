@@ -272,8 +272,9 @@ class LedgerClient:
         state that holds at least the newest block this client saw (``height``), or block ``at_least``
         (one a peer saw; not kept for later reads)."""
         body: dict[str, Any] = {"name": query_name, "args": args}
-        if max(self.height, at_least):
-            body["height"] = max(self.height, at_least)
+        height = max(self.height, at_least)
+        if height:
+            body["height"] = height
         return await self._call("query", body, timeout)
 
     async def status(self) -> dict[str, Any]:

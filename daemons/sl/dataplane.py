@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from contracts.block import MAX_HEIGHT, is_height
 from daemons.bus.transfer import StateHolder, TransferError, digest_hex
 from daemons.sl import peer_files
 from daemons.sl.buffers import MODEL_BUFFERS
@@ -217,8 +218,8 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
 
 
 def _height(height: object) -> int:
-    if not isinstance(height, int) or isinstance(height, bool) or not 0 <= height <= _MAX_ROUND:
-        raise CodecError(f"data plane request: 'height' must be a block height from 0 to {_MAX_ROUND}")
+    if not is_height(height):
+        raise CodecError(f"data plane request: 'height' must be a block height from 0 to {MAX_HEIGHT}")
     return height
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from certs import client_context, load_certificate, server_context
 from certs.pki import format_time
+from contracts.block import MAX_HEIGHT, is_height
 from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError, Request, RpcError
 from daemons.bus.config import BrokerAddress
@@ -44,7 +45,6 @@ __all__ = ["SLNode", "SLOptions"]
 log = logging.getLogger("swarm.sl")
 
 EXPIRY_LEAD = 2.0  # seconds before its certificate expires that an SL leaves the swarm
-_MAX_HEIGHT = 2**53
 
 
 def _fetch_height(body: dict[str, Any]) -> int | None:
@@ -52,8 +52,8 @@ def _fetch_height(body: dict[str, Any]) -> int | None:
     height = body.get("height")
     if height is None:
         return None
-    if not isinstance(height, int) or isinstance(height, bool) or not 0 <= height <= _MAX_HEIGHT:
-        raise RpcError("bad-request", f"fetch's 'height' must be a block height from 0 to {_MAX_HEIGHT}")
+    if not is_height(height):
+        raise RpcError("bad-request", f"fetch's 'height' must be a block height from 0 to {MAX_HEIGHT}")
     return height
 
 

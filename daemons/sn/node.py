@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts.block import MAX_HEIGHT, is_height
 from contracts.blockstore import ChainError
 from contracts.ledger import Accepted, Ledger
 from contracts.machine import due_actions, next_deadline
@@ -46,7 +47,6 @@ __all__ = ["SNNode", "SNOptions", "VERSION"]
 log = logging.getLogger("swarm.sn")
 VERSION = "0.1.0"
 _MAX_BLOCKS_PER_REPLY = 200
-_MAX_HEIGHT = 2**53
 # How long a read that names a block this SN's copy of the chain does not hold yet waits for it (a
 # follower of a cluster or a replica is a block or so behind the sealer whose event the client saw).
 READ_WAIT = 3.0
@@ -384,8 +384,8 @@ class SNNode:
         holds. A sealer, or a lone SN, holds every block there is."""
         if height is None:
             return
-        if not isinstance(height, int) or isinstance(height, bool) or not 0 <= height <= _MAX_HEIGHT:
-            raise RpcError("bad-request", f"query's 'height' must be a block height from 0 to {_MAX_HEIGHT}")
+        if not is_height(height):
+            raise RpcError("bad-request", f"query's 'height' must be a block height from 0 to {MAX_HEIGHT}")
         assert self.ledger is not None  # noqa: S101
         following = None if self.sealer is not None else (self.cluster or self.replica)
         if following is None or self.ledger.height >= height:
@@ -431,8 +431,8 @@ class SNNode:
     def _blocks(self, body: dict[str, Any]) -> dict[str, Any]:
         assert self.ledger is not None  # noqa: S101
         start = body.get("start")
-        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start <= _MAX_HEIGHT:
-            raise RpcError("bad-request", f"blocks needs 'start': a height from 0 to {_MAX_HEIGHT}")
+        if not is_height(start):
+            raise RpcError("bad-request", f"blocks needs 'start': a height from 0 to {MAX_HEIGHT}")
         with self.chain.lock:
             raw = self.ledger.raw_blocks(start, start + _MAX_BLOCKS_PER_REPLY)
         return {"blocks": raw, "head": self.ledger.height}
