@@ -1,12 +1,13 @@
 """How far the order of a merge's float32 additions alone moves the Flower comparison's final accuracy.
 
-The job of ``bench/flower_compare.py`` (the example's ``Net``, the same 4 shards, ``ROUNDS`` rounds of one
-whole local epoch each from the merged model, batches and a fresh Adam as ``bench/flower/fedbench/task.py``
-gives them to both sides, one torch thread), run in this one process with the merge written out: once
-with the swarm's mean merge (``daemons.sl.merge.merge_states``, the code our leaders run), and once for
-each order in ``ORDERS`` with Flower's (``aggregate_arrayrecords`` of flwr 1.41: every model times its
-weight, added in float32 in the order the replies arrive). Training is deterministic, so the runs differ
-only in the last bits of each merge; the final models are tested on the same 2,000 digits as there.
+The job of ``bench/flower_compare.py`` (the example's ``Net``, the same 4 shards, its ``ROUNDS`` rounds of
+``LOCAL_EPOCHS`` whole local epochs each from the merged model, batches and a fresh Adam as
+``bench/flower/fedbench/task.py`` gives them to both sides, one torch thread), run in this one process
+with the merge written out: once with the swarm's mean merge (``daemons.sl.merge.merge_states``, the code
+our leaders run), and once for each order in ``ORDERS`` with Flower's (``aggregate_arrayrecords`` of flwr
+1.41: every model times its weight, added in float32 in the order the replies arrive). Training is
+deterministic, so the runs differ only in the last bits of each merge; the final models are tested on
+the same 2,000 digits as there.
 Each run takes about 15 s on one core.
 
 Run: ``.venv/bin/python bench/summation_order.py [rounds]``.
@@ -26,15 +27,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, bench_parser, make_row, positive_int, print_rows
+from bench.common import bench_parser, make_row, positive_int, print_rows
 from bench.flower.fedbench import task  # what both sides of the comparison share
+from bench.flower_compare import BATCH_SIZE, EXAMPLE, LOCAL_EPOCHS, NODES, PER_NODE, ROUNDS, write_shards
 from daemons.sl.merge import merge_states
 
 __all__ = ["ORDERS", "Spread", "measure", "run"]
 
-EXAMPLE = ROOT / "examples" / "mnist-pyt" / "model" / "mnist_pyt.py"
-ROUNDS = 5
-BATCH_SIZE = 32
+PROGRAM = EXAMPLE / "model" / "mnist_pyt.py"  # the example's model program, as the comparison loads it
 # Every node first once, and in every place once: a Latin square of the 4 replies' arrival orders.
 ORDERS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1), (3, 2, 1, 0))
 
@@ -79,14 +79,14 @@ def flower_merge(order: Sequence[int]) -> Merge:
 
 def federated_accuracy(shards: Sequence[Path], merge: Merge, rounds: int) -> float:
     """Train ``rounds`` rounds of one local epoch per shard from the merged model; the final accuracy."""
-    data = [task.load_shard(str(shard), str(EXAMPLE)) for shard in shards]
-    model = task.make_net(str(EXAMPLE))
+    data = [task.load_shard(str(shard), str(PROGRAM)) for shard in shards]
+    model = task.make_net(str(PROGRAM))
     merged = {name: value.detach().clone() for name, value in model.state_dict().items()}
     for rnd in range(1, rounds + 1):
         trained = []
         for partition, (train, _) in enumerate(data):
             model.load_state_dict(merged)
-            steps = task.round_steps(train, local_epochs=1, batch_size=BATCH_SIZE)
+            steps = task.round_steps(train, local_epochs=LOCAL_EPOCHS, batch_size=BATCH_SIZE)
             for _ in task.train_round(
                 model, train, partition=partition, rnd=rnd, steps=steps, batch_size=BATCH_SIZE
             ):
@@ -94,7 +94,7 @@ def federated_accuracy(shards: Sequence[Path], merge: Merge, rounds: int) -> flo
             trained.append({name: v.detach().numpy().copy() for name, v in model.state_dict().items()})
         merged = {name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in merge(trained).items()}
     model.load_state_dict(merged)
-    return float(task.evaluate(model, data[0][1], str(EXAMPLE)))
+    return float(task.evaluate(model, data[0][1], str(PROGRAM)))
 
 
 def measure(shards: Sequence[Path], rounds: int = ROUNDS) -> Spread:
@@ -122,13 +122,12 @@ def spread_row(spread: Spread, job: str) -> dict[str, object]:
 
 def run(rounds: int = ROUNDS) -> list[dict[str, object]]:
     """Write the comparison's shards, measure, return the row."""
-    from bench.flower_compare import NODES, PER_NODE, write_shards
-
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="summation-order-") as ws:
         shards = write_shards(Path(ws))
         spread = measure(shards, rounds)
-    job = f"{NODES} nodes x {PER_NODE} digits, {rounds} rounds x 1 epoch"
+    epochs = f"{LOCAL_EPOCHS} epoch{'s' if LOCAL_EPOCHS > 1 else ''}"
+    job = f"{NODES} nodes x {PER_NODE} digits, {rounds} rounds x {epochs}"
     return [spread_row(spread, job)]
 
 
