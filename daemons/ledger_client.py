@@ -45,7 +45,9 @@ class Patience:
     ``deadline``: seconds a call may take, retries included; ``attempt``: the longest wait for one
     answer; retries back off from ``backoff_base`` up to ``backoff_cap`` seconds, with jitter, except
     after an SN answered that a failover is under way: that SN is alive and another SN seals within
-    seconds, so such a call is tried again within ``failover_cap`` seconds, not 10 s later.
+    seconds, so such a call is tried again within ``failover_cap`` seconds, not 10 s later, and on the
+    same SN (it forwards to the new sealer once there is one; another SN would answer the same) until it
+    has answered so for ``failover_stay`` seconds.
     """
 
     deadline: float = 300.0
@@ -53,6 +55,7 @@ class Patience:
     backoff_base: float = 0.5
     backoff_cap: float = 10.0
     failover_cap: float = 1.0
+    failover_stay: float = 15.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Patience:
@@ -295,6 +298,7 @@ class LedgerClient:
         give_up_after = patience.deadline if timeout is None else min(patience.deadline, timeout)
         deadline = loop.time() + give_up_after
         attempt = 0
+        failover_since: float | None = None  # when this SN began answering that a failover is under way
         while True:
             raise_if_cancelling()  # a cancellation swallowed below (aiomqtt's wait_for) still ends us
             reconnects = self.bus.reconnects
@@ -322,11 +326,14 @@ class LedgerClient:
                 deadline - now,
             )
             failover = isinstance(failure, RemoteError) and failure.code == "failover"
+            failover_since = (failover_since or now) if failover else None
             delay = patience.backoff(attempt, failover=failover)
             await self._pause(min(delay, max(deadline - loop.time(), 0.0)), reconnects)
             if on_retry is not None:
                 on_retry()
-            await self._choose_sn()
+            if failover_since is None or now - failover_since >= patience.failover_stay:
+                await self._choose_sn()
+                failover_since = None  # the failover of another SN, if it answers so, counts afresh
             raise_if_cancelling()
 
     async def _pause(self, seconds: float, reconnects: int) -> None:

@@ -1,5 +1,7 @@
 """How ``LedgerClient`` retries an SN that answers with a retryable error: an SN that says a failover is
-under way is asked again within ``Patience.failover_cap``; any other retried failure backs off as before."""
+under way is asked again within ``Patience.failover_cap``, and stays the one asked for
+``Patience.failover_stay`` seconds; any other retried failure backs off as before, on another online SN
+when there is one."""
 
 from __future__ import annotations
 
@@ -42,3 +44,40 @@ async def test_each_retry_is_told_whether_the_sn_said_a_failover_is_under_way(
         ledger = LedgerClient(client, "sn-1", patience=patience)
         assert (await ledger.status())["height"] == 7
     assert patience.told == [failover] * 3
+
+
+class _Refusing:
+    """An SN stand-in: refuses its first ``refusals`` requests with ``code``, then answers; counts them."""
+
+    def __init__(self, uid: str, code: str, refusals: int) -> None:
+        self.uid, self.code, self.refusals, self.asked = uid, code, refusals, 0
+
+    async def __call__(self, request: Request) -> object:
+        self.asked += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise RpcError(self.code, f"{self.uid} cannot answer now; try again")
+        return {"uid": self.uid, "height": 7}
+
+
+@pytest.mark.parametrize(
+    ("code", "stay", "answered_by"),
+    [("failover", 15.0, "sn-1"), ("failover", 0.0, "sn-2"), ("unavailable", 15.0, "sn-2")],
+)
+async def test_an_sn_that_says_a_failover_is_under_way_is_asked_again_until_it_said_so_for_failover_stay(
+    make_bus: MakeBus, code: str, stay: float, answered_by: str
+) -> None:
+    """That SN is alive and forwards to the next sealer once there is one; another SN would say the same,
+    and each switch searched for SNs (0.5 s) and logged a line. Any other refusal still moves on."""
+    first, second = _Refusing("sn-1", code, 3), _Refusing("sn-2", code, 0)
+    async with (
+        make_bus("sn-1", "sn", presence={"role": "sn"}) as sn_1,
+        make_bus("sn-2", "sn", presence={"role": "sn"}) as sn_2,
+        make_bus("sl-1") as client,
+    ):
+        sn_1.serve(first)
+        sn_2.serve(second)
+        ledger = LedgerClient(client, "sn-1", patience=_Recorded(failover_stay=stay))
+        assert (await ledger.status())["uid"] == answered_by
+        assert ledger.sn == answered_by
+    assert (first.asked, second.asked) == ((4, 0) if answered_by == "sn-1" else (1, 1))
