@@ -19,9 +19,10 @@ import pytest
 from conftest import MakeBus
 
 from daemons.bus import RpcError
+from daemons.ledger_client import Patience
 from daemons.sn.chain import LocalChain
 from daemons.sn.chainlog import ChainLog
-from daemons.sn.cluster import ClusterRole
+from daemons.sn.cluster import FORWARD_WAIT, SEALER_LOOKUP_WAIT, ClusterRole
 from wire import encode_envelope, make_envelope
 
 
@@ -101,3 +102,32 @@ async def test_a_write_is_refused_as_failover_while_jetstream_cannot_say_who_sea
                 await forwarding.forward(tx)
     assert refused.value.code == "failover"
     assert str(refused.value) == "cannot tell which SN seals now (nats: timeout); try again"
+
+
+async def test_a_write_is_refused_as_failover_when_the_sealer_lookup_or_the_sealer_does_not_answer(
+    make_bus: MakeBus, nats_url: str, network: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both waits are bounded (SEALER_LOOKUP_WAIT, FORWARD_WAIT), together below a client's wait for one
+    answer: the client hears "failover" and asks this SN again rather than moving to another (which may
+    be the sealer cut off from the cluster, its presence still online)."""
+    assert Patience().attempt > SEALER_LOOKUP_WAIT + FORWARD_WAIT
+
+    async def hangs(self: ChainLog) -> str | None:
+        await asyncio.sleep(3600)
+        return None
+
+    async def cut_off(self: ChainLog) -> str | None:
+        return "sn-1"  # holds the lease, answers nothing (its bus serves no requests here)
+
+    tx = encode_envelope(make_envelope("tx:contract.create", {"name": "c1"}, sender="sn-2", role="sn"))
+    async with _sn(make_bus, nats_url, network, "sn-1", tmp_path / "a.db"):
+        async with _sn(make_bus, nats_url, network, "sn-2", tmp_path / "b.db") as forwarding:
+            refusals = []
+            for lookup in (hangs, cut_off):
+                monkeypatch.setattr(ChainLog, "sealer", lookup)
+                with pytest.raises(RpcError) as refused:
+                    await forwarding.forward(tx)
+                refusals.append((refused.value.code, str(refused.value)))
+    assert refusals[0] == ("failover", "cannot tell which SN seals now (TimeoutError); try again")
+    assert refusals[1][0] == "failover"
+    assert refusals[1][1].startswith("the sealing SN 'sn-1' did not answer: no reply from 'sn-1'"), refusals

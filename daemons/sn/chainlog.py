@@ -35,6 +35,7 @@ _LEASE_KEY = "sealer"
 JETSTREAM_READY_WAIT = 30.0  # seconds an SN waits at its start for a cluster's JetStream to answer
 _READY_RETRY = 1.0
 _WRONG_LAST_SEQUENCE = 10071
+PING_INTERVAL = 2.0  # seconds between pings of the NATS node the SN uses (2 unanswered: another node)
 
 
 class ChainLogError(RuntimeError):
@@ -84,6 +85,12 @@ class ChainLog:
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 allow_reconnect=True,
+                # a node cut off from us answers nothing and closes nothing: 2 unanswered pings 2 s
+                # apart move us to another (nats-py's default, 2 minutes apart, left such an SN unable to
+                # seal or forward for minutes)
+                ping_interval=PING_INTERVAL,
+                max_outstanding_pings=2,
+                dont_randomize=True,  # the list's order, as the bus takes --broker's: its host's node first
             )
             self._js = self._nc.jetstream(timeout=5)
             await self._set_up()
@@ -162,7 +169,8 @@ class ChainLog:
                 raise Fenced(f"block {height} was not appended: another SN appended it first") from None
             raise ChainLogError(f"block {height} was not appended: {exc}") from None
         except (TimeoutError, nats.errors.Error) as exc:
-            raise ChainLogError(f"block {height} was not appended: {exc or type(exc).__name__}") from None
+            reason = str(exc) or type(exc).__name__
+            raise ChainLogError(f"block {height} was not appended: {reason}") from None
 
     async def block(self, height: int) -> bytes:
         """The stored bytes of block ``height``."""

@@ -38,6 +38,12 @@ log = logging.getLogger("swarm.sn.cluster")
 SealingRole = Callable[[Ledger], Coroutine[Any, Any, None]]
 FEED_WAIT = 0.5  # s: the stream's feed brings a new block within this unless its consumer is made again
 FETCH_AT_MOST = 64  # blocks read one by one when the feed lags; a longer backlog is the feed's to bring
+# s: the longest a forwarded write waits to learn who seals, and then for the sealer's answer. Together
+# below a client's wait for one answer (Patience.attempt, 5 s), so that in a failover a client hears
+# "failover" from this live SN and asks it again, instead of hearing nothing and moving to another SN
+# (which may be the sealer that was cut off, its presence still online).
+SEALER_LOOKUP_WAIT = 1.0
+FORWARD_WAIT = 2.5
 
 
 class ClusterRole:
@@ -184,7 +190,8 @@ class ClusterRole:
             try:
                 await self._fetch_up_to(height)
             except (nats.errors.Error, TimeoutError) as exc:
-                log.info("cannot read block %d from the stream yet: %s", height, exc or type(exc).__name__)
+                reason = str(exc) or type(exc).__name__
+                log.info("cannot read block %d from the stream yet: %s", height, reason)
         if self.ledger.height > before:
             log.info("read blocks %d-%d from the stream: its feed lags", before + 1, self.ledger.height)
         return await self.wait_for(height, timeout=max(deadline - time.monotonic(), 0.0))
@@ -238,7 +245,7 @@ class ClusterRole:
             try:
                 await self._seal_while_leading(revision, sealing_role)
             except (nats.errors.Error, TimeoutError) as exc:  # e.g. our NATS node died: campaign again
-                log.warning("cannot seal now: %s; campaigning again", exc or type(exc).__name__)
+                log.warning("cannot seal now: %s; campaigning again", str(exc) or type(exc).__name__)
                 await asyncio.sleep(pause)
 
     async def _seal_while_leading(self, revision: int, sealing_role: SealingRole) -> None:
@@ -281,7 +288,7 @@ class ClusterRole:
                 async with asyncio.timeout(every):
                     self._revision = await self.log.renew(self._revision)
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, TimeoutError) as exc:
-                log.warning("lost the sealer lease: %s", exc or type(exc).__name__)
+                log.warning("lost the sealer lease: %s", str(exc) or type(exc).__name__)
                 return
 
     # --------------------------------------------------------------- forwarding
@@ -289,14 +296,15 @@ class ClusterRole:
         """Submit a write to the SN that seals; return (or refuse a resent one the ledger holds) once our
         copy holds its block."""
         try:
-            sealer = await self.log.sealer()
+            async with asyncio.timeout(SEALER_LOOKUP_WAIT):
+                sealer = await self.log.sealer()
         except (nats.errors.Error, TimeoutError) as exc:  # JetStream has no quorum this moment
-            reason = exc or type(exc).__name__
+            reason = str(exc) or type(exc).__name__
             raise RpcError("failover", f"cannot tell which SN seals now ({reason}); try again") from None
         if sealer is None or sealer == self._bus.uid:
             raise RpcError("failover", "no SN seals right now (a failover is under way); try again")
         try:
-            return await forward_write(self._bus, sealer, raw, self._reach, timeout=10)
+            return await forward_write(self._bus, sealer, raw, self._reach, timeout=FORWARD_WAIT)
         except BusError as exc:
             raise RpcError("failover", f"the sealing SN {sealer!r} did not answer: {exc}") from None
 
