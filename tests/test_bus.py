@@ -418,7 +418,8 @@ async def test_a_kept_filter_is_subscribed_again_after_the_broker_restarts(
         await asyncio.sleep(0.3)
         await asyncio.to_thread(fresh_mosquitto.restart)
         assert await eventually(lambda: listener.reconnects >= 1 and sender.reconnects >= 1, timeout=20)
-        async with listener.subscribe(events, keep=True) as sub:  # the new connection lacks it
+        assert calls.subscribes.count(events) == 2  # the new connection subscribed it, with no block open
+        async with listener.subscribe(events, keep=True) as sub:
             await sender.publish(published, b"after", timeout=20)
             assert await _next_payload(sub) == b"after"
         assert calls.subscribes.count(events) == 2

@@ -320,7 +320,10 @@ class Bus:
         # elects) is left after connect_timeout for the next of the list; other calls wait longer.
         client.timeout = self.config.publish_timeout
         self._client = client
-        for topic_filter in dict.fromkeys(s.filter for s in self._subs):
+        # Kept filters too, in use or not: a block on one later (a new sealer's presence watch, in the
+        # failover that made it the sealer) sends no SUBSCRIBE then, which on a NATS cluster writes the
+        # session store, whose leader that failover may have taken away.
+        for topic_filter in dict.fromkeys([*(s.filter for s in self._subs), *sorted(self._kept)]):
             await client.subscribe(topic_filter, qos=self.config.subscribe_qos)
             self._at_broker[topic_filter] = client
         if self._presence is not None and not self._left:
@@ -507,9 +510,9 @@ class Bus:
         """Subscribe to ``topic_filter`` for the duration of the block (SUBACK received on entry while
         connected; during an outage the next reconnect subscribes it, as it does every subscription).
 
-        ``keep``: the broker keeps the filter after the block, for the rest of the connection, so the
-        next block on it costs no round trip to the broker (a filter taken again and again: a round's
-        events); its messages in between match no subscription and are dropped here.
+        ``keep``: the broker keeps the filter after the block, and every reconnect subscribes it again,
+        so the next block on it costs no round trip to the broker (a filter taken again and again: a
+        round's events); its messages in between match no subscription and are dropped here.
         """
         sub = Subscription(topic_filter, maxsize)
         self._subs.append(sub)

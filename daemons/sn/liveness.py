@@ -42,6 +42,15 @@ class Liveness:
         self._grace = grace
         self.online: dict[str, str] = {}  # uid -> session
 
+    @staticmethod
+    async def subscribe_ahead(bus: Bus) -> None:
+        """Have ``bus`` hold the presence filter from now on (an SN of a cluster, at its start), so that
+        the watch of a sealer it becomes sends no SUBSCRIBE: in the failover that makes it the sealer, a
+        NATS cluster may have lost the leader of the session store a SUBSCRIBE writes, and the broker
+        then drops the connection after 5 s."""
+        async with bus.subscribe(bus.topics.presence(), keep=True):
+            pass
+
     async def run(self) -> None:
         """Watch presence until cancelled."""
         topic = self._bus.topics.presence()

@@ -220,6 +220,7 @@ class SNNode:
             self.chain, bus, chainlog, signer, sentinel=self.options.sentinel
         )
         await cluster.open()
+        await Liveness.subscribe_ahead(bus)
         bus.serve(self.handle, concurrency=REQUESTS_AT_ONCE)
 
         async def sealing_role(ledger: Ledger) -> None:
