@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         log.exception("swci failed")
-        _error(console, f"swci: {exc or type(exc).__name__} (details in {args.log_file or log_file()})")
+        _error(console, f"swci: {str(exc) or type(exc).__name__} (details in {args.log_file or log_file()})")
         return EXIT_FAILED
     finally:
         logging.getLogger().removeHandler(handler)
