@@ -3,6 +3,10 @@
 - **SN failover**: seconds from SIGKILL of the sealing SN to the next block sealed by the other SN,
   while a client submits a transaction every 20 ms (median of ``KILLS``). Baseline, same run: a single
   SN with its own mosquitto, SIGKILLed and restarted at once, to its next sealed block.
+- **Sealer frozen**: seconds from SIGSTOP of the sealing SN (alive to the broker, silent: a stuck
+  process, or a host cut off) to a write accepted through the other SN, by a client with an SL's
+  patience that wrote through that SN before (median of ``KILLS``; the frozen SN is let go after each).
+  Baseline: the SN failover above, measured in the same run.
 - **Broker failover**: SIGKILL of a NATS node (two of four stand-in SLs use it): the longest gap between
   merged rounds (the ledger's latest model, polled) from the last one before the kill to the third after
   it, as ``bench/faults.py`` counts a fault (the SN may record a merge with the next round's close, so the
@@ -160,6 +164,45 @@ async def _failovers(procs: Processes, cluster: Cluster, work: Path) -> list[flo
     return seconds
 
 
+async def _freezes(procs: Processes, bus: Bus) -> list[float]:
+    """Seconds from SIGSTOP of the sealer to a write accepted through the other SN, ``KILLS`` times."""
+    seconds = []
+    for i in range(KILLS):
+        sealing = await _sealing_alone(bus)
+        other = "sn-2" if sealing == "sn-1" else "sn-1"
+        ledger = LedgerClient(bus, other)  # an SL's patience: 5 s for one answer
+        await ledger.submit("contract.create", {"name": f"before-freeze-{os.getpid()}-{i}"})
+        group = procs.started[sealing].pid
+        stopped = time.perf_counter()
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            await ledger.submit("contract.create", {"name": f"frozen-{os.getpid()}-{i}"})
+            seconds.append(time.perf_counter() - stopped)
+        finally:
+            os.killpg(group, signal.SIGCONT)
+    await _sealing_alone(bus)
+    return seconds
+
+
+async def _sealing_alone(bus: Bus, timeout: float = 60.0) -> str:
+    """The one SN that seals, once exactly one does and both answer (a thawed sealer steps down)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {uid: await _status(bus, uid) for uid in ("sn-1", "sn-2")}
+        sealing = [uid for uid, status in found.items() if status and status.get("sealing")]
+        if len(sealing) == 1 and all(found.values()):
+            return sealing[0]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not one sealing SN within {timeout:g} s: {found}")
+        await asyncio.sleep(0.2)
+
+
+async def _frozen_sealer(procs: Processes, cluster: Cluster) -> list[float]:
+    cfg = BusConfig(BrokerAddress.parse(cluster.mqtt(2)), "bench-frozen", "swci")
+    async with Bus(cfg) as bus:
+        return await _freezes(procs, bus)
+
+
 async def _restart_baseline(work: Path) -> float:
     """One host, one SN with its mosquitto: SIGKILL, restart at once, seconds to the next sealed block."""
     with Processes(work / "logs-single") as procs:
@@ -277,6 +320,7 @@ def measure(work: Path) -> dict[str, Any]:
                 results["cluster_rate"] = _cluster_transfer_rate(cluster)
                 results["cluster_round_s"] = _cluster_round_latency(procs, cluster, work / "rounds")
                 results["failover_s"] = asyncio.run(_failovers(procs, cluster, work))
+                results["frozen_s"] = asyncio.run(_frozen_sealer(procs, cluster))
                 after, interval = asyncio.run(_broker_failover(procs, cluster, work / "broker"))
                 results["broker_failover_s"], results["round_interval_s"] = after, interval
         finally:
@@ -296,6 +340,12 @@ def run() -> list[dict[str, Any]]:
             "one SN (own mosquitto) SIGKILLed and restarted at once → next block", m["restart_s"],
             target="value <= 10",
             note=f"3-node NATS cluster, 2 SNs, lease 3 s, a tx every 20 ms; median of {KILLS} ({spread})",
+        ),
+        make_row(
+            "SN frozen: SIGSTOP of the sealing SN → a client's next write accepted through the other",
+            statistics.median(m["frozen_s"]), "s", "SN failover (SIGKILL, above)", failover,
+            note=f"a client with an SL's patience (5 s for an answer) that wrote through the other SN; "
+            f"median of {KILLS} ({', '.join(f'{s:.2f}' for s in m['frozen_s'])})",
         ),
         make_row(
             "broker failover: SIGKILL of a NATS node → longest wait for a merged round",
