@@ -28,7 +28,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
-__all__ = ["JETSTREAM_READY_WAIT", "ChainLog", "ChainLogError", "Fenced"]
+__all__ = ["JETSTREAM_READY_WAIT", "ChainLog", "ChainLogError", "Fenced", "failure_text"]
 
 log = logging.getLogger("swarm.sn.chainlog")
 _LEASE_KEY = "sealer"
@@ -36,6 +36,12 @@ JETSTREAM_READY_WAIT = 30.0  # seconds an SN waits at its start for a cluster's 
 _READY_RETRY = 1.0
 _WRONG_LAST_SEQUENCE = 10071
 PING_INTERVAL = 2.0  # seconds between pings of the NATS node the SN uses (2 unanswered: another node)
+
+
+def failure_text(exc: BaseException) -> str:
+    """What a failure of the NATS cluster says, for a log line or a refusal: its message, or its type when
+    it has none (nats-py's and asyncio's timeouts)."""
+    return str(exc) or type(exc).__name__
 
 
 class ChainLogError(RuntimeError):
@@ -169,8 +175,7 @@ class ChainLog:
                 raise Fenced(f"block {height} was not appended: another SN appended it first") from None
             raise ChainLogError(f"block {height} was not appended: {exc}") from None
         except (TimeoutError, nats.errors.Error) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise ChainLogError(f"block {height} was not appended: {reason}") from None
+            raise ChainLogError(f"block {height} was not appended: {failure_text(exc)}") from None
 
     async def block(self, height: int) -> bytes:
         """The stored bytes of block ``height``."""

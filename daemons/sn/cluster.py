@@ -28,7 +28,7 @@ from contracts.blockstore import ChainError
 from contracts.ledger import Ledger
 from daemons.bus import Bus, BusError, RpcError
 from daemons.sn.chain import LocalChain
-from daemons.sn.chainlog import ChainLog, ChainLogError, Fenced
+from daemons.sn.chainlog import ChainLog, ChainLogError, Fenced, failure_text
 from daemons.sn.forward import forward_write
 from wire import SignerLike
 
@@ -190,8 +190,7 @@ class ClusterRole:
             try:
                 await self._fetch_up_to(height)
             except (nats.errors.Error, TimeoutError) as exc:
-                reason = str(exc) or type(exc).__name__
-                log.info("cannot read block %d from the stream yet: %s", height, reason)
+                log.info("cannot read block %d from the stream yet: %s", height, failure_text(exc))
         if self.ledger.height > before:
             log.info("read blocks %d-%d from the stream: its feed lags", before + 1, self.ledger.height)
         return await self.wait_for(height, timeout=max(deadline - time.monotonic(), 0.0))
@@ -245,7 +244,7 @@ class ClusterRole:
             try:
                 await self._seal_while_leading(revision, sealing_role)
             except (nats.errors.Error, TimeoutError) as exc:  # e.g. our NATS node died: campaign again
-                log.warning("cannot seal now: %s; campaigning again", str(exc) or type(exc).__name__)
+                log.warning("cannot seal now: %s; campaigning again", failure_text(exc))
                 await asyncio.sleep(pause)
 
     async def _seal_while_leading(self, revision: int, sealing_role: SealingRole) -> None:
@@ -288,7 +287,7 @@ class ClusterRole:
                 async with asyncio.timeout(every):
                     self._revision = await self.log.renew(self._revision)
             except (nats.js.errors.KeyWrongLastSequenceError, nats.errors.Error, TimeoutError) as exc:
-                log.warning("lost the sealer lease: %s", str(exc) or type(exc).__name__)
+                log.warning("lost the sealer lease: %s", failure_text(exc))
                 return
 
     # --------------------------------------------------------------- forwarding
@@ -299,7 +298,7 @@ class ClusterRole:
             async with asyncio.timeout(SEALER_LOOKUP_WAIT):
                 sealer = await self.log.sealer()
         except (nats.errors.Error, TimeoutError) as exc:  # JetStream has no quorum this moment
-            reason = str(exc) or type(exc).__name__
+            reason = failure_text(exc)
             raise RpcError("failover", f"cannot tell which SN seals now ({reason}); try again") from None
         if sealer is None or sealer == self._bus.uid:
             raise RpcError("failover", "no SN seals right now (a failover is under way); try again")
