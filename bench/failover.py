@@ -146,8 +146,7 @@ async def _failovers(procs: Processes, cluster: Cluster, work: Path) -> list[flo
         async with asyncio.TaskGroup() as group:
             group.create_task(_probe(ledger, stop))
             for _ in range(KILLS):
-                sealing = [u for u in ("sn-1", "sn-2") if ((await _status(bus, u)) or {}).get("sealing")]
-                dead = sealing[0]
+                dead = await _sealing_alone(bus)
                 survivor = "sn-2" if dead == "sn-1" else "sn-1"
                 before = (await _status(bus, survivor) or {}).get("height", 0)
                 killed = time.perf_counter()
