@@ -487,3 +487,22 @@ async def test_a_broker_that_never_answers_the_connection_is_left_for_the_next_o
             assert await eventually(lambda: bus.reconnects >= 1, timeout=60)
             assert bus.broker.port == mosquitto.port
             await bus.publish(bus.topics.presence(bus.uid), b"still here", timeout=10)
+
+
+async def test_a_first_broker_that_never_answers_leaves_the_next_one_of_the_list_its_turn(
+    mosquitto: ManagedBroker, network: str
+) -> None:
+    """Opening a session gives each broker of its list ``connect_timeout``: one that takes the
+    connection and never sends CONNACK (a NATS node while its cluster re-forms after a partition heals)
+    does not use up the whole wait, and the session connects to the next one."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    async with server:
+        silent_port = server.sockets[0].getsockname()[1]
+        brokers = BrokerAddress.parse(f"mqtt://127.0.0.1:{silent_port},mqtt://127.0.0.1:{mosquitto.port}")
+        async with Bus(BusConfig(brokers, "sl-1", "sl", network=network, connect_timeout=2)) as bus:
+            assert bus.broker.port == mosquitto.port

@@ -204,19 +204,18 @@ class Bus:
             log.exception("bus[%s] task %s failed", self.uid, name)
 
     async def _wait_first_connection(self) -> None:
+        # Each broker of a list gets connect_timeout: one that takes the connection and does not answer
+        # it (a NATS node while its cluster elects) must not use up the others' turn.
+        budget = self.config.connect_timeout * len(self.config.broker.addresses)
         connected = asyncio.ensure_future(self._connected.wait())
         failed = asyncio.ensure_future(self._failed.wait())
         try:
-            await asyncio.wait(
-                {connected, failed},
-                timeout=self.config.connect_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await asyncio.wait({connected, failed}, timeout=budget, return_when=asyncio.FIRST_COMPLETED)
         finally:
             connected.cancel()
             failed.cancel()
         if not self._connected.is_set():
-            reason = self._last_error or f"no answer within {self.config.connect_timeout:g} s"
+            reason = self._last_error or f"no answer within {budget:g} s"
             raise BusConnectError(f"cannot connect to {self.config.broker} as {self.uid!r}: {reason}")
 
     async def _shutdown(self) -> None:
