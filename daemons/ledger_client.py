@@ -78,6 +78,35 @@ class Patience:
         return random.uniform(self.backoff_base / 2, min(cap, self.backoff_base * 2**attempt))
 
 
+@dataclass(slots=True)
+class _RetryReport:
+    """The log lines of one call's retries: a warning for each new failure, a quieter line each time
+    the same one repeats (an SN cut off, a failover of several seconds), and one line when the call
+    gets through after them."""
+
+    method: str
+    started: float
+    last: str = ""
+
+    def failed(self, sn: str, failure: BusError, left: float) -> None:
+        text = str(failure)
+        level = logging.INFO if text == self.last else logging.WARNING
+        self.last = text
+        what = "%s to SN %r failed (%s); retrying, for up to %.0f s more"
+        log.log(level, what, self.method, sn, text, left)
+
+    def answered(self, sn: str, retries: int, now: float) -> None:
+        if retries:
+            log.info(
+                "%s answered by SN %r after %d %s, %.1f s",
+                self.method,
+                sn,
+                retries,
+                "retry" if retries == 1 else "retries",
+                now - self.started,
+            )
+
+
 class Rejected(BusError):
     """The ledger refused a transaction; ``reason`` is written for the user."""
 
@@ -298,19 +327,23 @@ class LedgerClient:
         give_up_after = patience.deadline if timeout is None else min(patience.deadline, timeout)
         deadline = loop.time() + give_up_after
         attempt = 0
+        report = _RetryReport(method, loop.time())
         failover_since: float | None = None  # when this SN began answering that a failover is under way
         while True:
             raise_if_cancelling()  # a cancellation swallowed below (aiomqtt's wait_for) still ends us
             reconnects = self.bus.reconnects
             wait = min(timeout or self.timeout, patience.attempt, max(deadline - loop.time(), 0.1))
             try:
-                return await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
+                reply = await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
             except RemoteError as exc:
                 if exc.code not in _RETRIED:
                     raise
                 failure: BusError = exc
             except BusError as exc:  # no answer (RequestTimeout), or not connected
                 failure = exc
+            else:
+                report.answered(self.sn, attempt, loop.time())
+                return reply
             raise_if_cancelling()
             now = loop.time()
             if now >= deadline:
@@ -318,13 +351,7 @@ class LedgerClient:
                     log.error("%s: giving up after %g s: %s", method, give_up_after, failure)
                 raise failure
             attempt += 1
-            log.warning(
-                "%s to SN %r failed (%s); retrying, for up to %.0f s more",
-                method,
-                self.sn,
-                failure,
-                deadline - now,
-            )
+            report.failed(self.sn, failure, deadline - now)
             failover = isinstance(failure, RemoteError) and failure.code == "failover"
             failover_since = (failover_since or now) if failover else None
             delay = patience.backoff(attempt, failover=failover)

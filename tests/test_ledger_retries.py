@@ -5,6 +5,7 @@ when there is one."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import pytest
@@ -81,3 +82,19 @@ async def test_an_sn_that_says_a_failover_is_under_way_is_asked_again_until_it_s
         assert (await ledger.status())["uid"] == answered_by
         assert ledger.sn == answered_by
     assert (first.asked, second.asked) == ((4, 0) if answered_by == "sn-1" else (1, 1))
+
+
+async def test_the_same_failure_repeated_warns_once_and_the_answer_after_it_is_logged(
+    make_bus: MakeBus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An SN that refuses the same way several times (a failover of some seconds) gives one warning,
+    quieter lines for the repeats, and one line saying when the call got through."""
+    refusing = _Refusing("sn-1", "failover", 3)
+    async with make_bus("sn-1", "sn", presence={"role": "sn"}) as server, make_bus("sl-1") as client:
+        server.serve(refusing)
+        with caplog.at_level(logging.INFO, logger="swarm.ledger_client"):
+            assert (await LedgerClient(client, "sn-1", patience=_Recorded()).status())["uid"] == "sn-1"
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "swarm.ledger_client"]
+    assert [level for level, _ in lines] == [logging.WARNING, logging.INFO, logging.INFO, logging.INFO]
+    assert all("sn-1 cannot answer now" in text for _, text in lines[:3]), lines
+    assert "status answered by SN 'sn-1' after 3 retries" in lines[3][1], lines
