@@ -239,6 +239,28 @@ async def test_connecting_to_nothing_fails_clearly(network: str) -> None:
             pass
 
 
+async def test_a_list_of_brokers_that_all_fail_says_what_each_one_did(network: str) -> None:
+    """One broker takes the connection and never answers it, the other refuses it: the error names
+    both, each with its own reason, where it named only the last reason heard."""
+    from daemons.broker import free_port
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    async with server:
+        silent_url = f"mqtt://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        refused_url = f"mqtt://127.0.0.1:{free_port()}"
+        brokers = BrokerAddress.parse(f"{silent_url},{refused_url}")
+        with pytest.raises(BusConnectError) as failed:
+            async with Bus(BusConfig(brokers, "sl-1", "sl", network=network, connect_timeout=1)):
+                pass
+    text = str(failed.value)
+    assert "cannot connect as 'sl-1' to any broker of the list" in text, text
+    assert f"{silent_url}: no answer within 1 s | {refused_url}: connection refused" in text, text
+
+
 async def test_a_bus_opened_before_its_broker_connects_once_the_broker_is_up(
     tmp_path: Path, network: str
 ) -> None:

@@ -126,6 +126,9 @@ class Bus:
         self._connected = asyncio.Event()
         self._failed = asyncio.Event()
         self._last_error: str = ""
+        self._broker_errors: dict[str, str] = {}  # broker -> why its last attempt failed, if it said
+        self._tried: set[str] = set()  # brokers of the list tried so far
+        self._paho_said = False  # paho logged why the current attempt failed
         self._closing = False
         self._left = False  # said offline for good (leave()): never online again
         self._ever_connected = False
@@ -215,8 +218,20 @@ class Bus:
             connected.cancel()
             failed.cancel()
         if not self._connected.is_set():
+            raise BusConnectError(self._why_not_connected(budget))
+
+    def _why_not_connected(self, budget: float) -> str:
+        """Why the first connection failed; for a list of brokers, each one's own reason."""
+        addresses = [str(address) for address in self.config.broker.addresses]
+        if len(addresses) == 1:
             reason = self._last_error or f"no answer within {budget:g} s"
-            raise BusConnectError(f"cannot connect to {self.config.broker} as {self.uid!r}: {reason}")
+            return f"cannot connect to {self.config.broker} as {self.uid!r}: {reason}"
+        silent = f"no answer within {self.config.connect_timeout:g} s"  # its attempt had not ended
+        reasons = [
+            f"{a}: {self._broker_errors.get(a, silent if a in self._tried else 'not tried')}"
+            for a in addresses
+        ]
+        return f"cannot connect as {self.uid!r} to any broker of the list: {' | '.join(reasons)}"
 
     async def _shutdown(self) -> None:
         if self._closing:
@@ -269,6 +284,8 @@ class Bus:
         attempt = 0
         while not self._closing:
             client = self._make_client()
+            self._tried.add(str(self.broker))
+            self._paho_said = False
             try:
                 async with client:
                     await self._on_connect(client)
@@ -299,16 +316,26 @@ class Bus:
         return random.uniform(0, min(self.config.backoff_cap, self.config.backoff_base * 2**attempt))
 
     def _note_paho_error(self, text: str) -> None:
-        if "timed out" in text.lower() and self._last_error:
+        timed_out = "timed out" in text.lower()
+        if timed_out and self._last_error:
             return
         self._last_error = _describe(text, tls=self.config.tls is not None)
+        if not timed_out:
+            self._broker_errors[str(self.broker)] = self._last_error
+            self._paho_said = True
         if not self._ever_connected and _is_fatal(text, self._last_error):
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
-        # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error).
-        if not (self._last_error and "timed out" in str(exc).lower()):
+        # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error),
+        # if there was one: else the broker did not answer.
+        timed_out = "timed out" in str(exc).lower()
+        if timed_out and not self._paho_said:
+            self._broker_errors[str(self.broker)] = f"no answer within {self.config.connect_timeout:g} s"
+        if not (self._last_error and timed_out):
             self._last_error = _describe(exc, tls=self.config.tls is not None)
+            if not timed_out:
+                self._broker_errors[str(self.broker)] = self._last_error
             if not self._ever_connected and _is_fatal(exc, self._last_error):
                 self._failed.set()
         if self._ever_connected:
