@@ -239,10 +239,10 @@ async def test_connecting_to_nothing_fails_clearly(network: str) -> None:
             pass
 
 
-async def test_a_list_of_brokers_that_all_fail_says_what_each_one_did(network: str) -> None:
-    """One broker takes the connection and never answers it, the other refuses it: the error names
-    both, each with its own reason, where it named only the last reason heard."""
-    from daemons.broker import free_port
+@contextlib.asynccontextmanager
+async def _silent_broker() -> AsyncIterator[int]:
+    """A TCP server on 127.0.0.1 that takes a connection and its CONNECT and answers nothing, until the
+    client hangs up (a NATS node while its cluster elects); yields its port."""
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read()
@@ -250,7 +250,16 @@ async def test_a_list_of_brokers_that_all_fail_says_what_each_one_did(network: s
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     async with server:
-        silent_url = f"mqtt://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        yield server.sockets[0].getsockname()[1]
+
+
+async def test_a_list_of_brokers_that_all_fail_says_what_each_one_did(network: str) -> None:
+    """One broker takes the connection and never answers it, the other refuses it: the error names
+    both, each with its own reason, where it named only the last reason heard."""
+    from daemons.broker import free_port
+
+    async with _silent_broker() as silent_port:
+        silent_url = f"mqtt://127.0.0.1:{silent_port}"
         refused_url = f"mqtt://127.0.0.1:{free_port()}"
         brokers = BrokerAddress.parse(f"{silent_url},{refused_url}")
         with pytest.raises(BusConnectError) as failed:
@@ -493,14 +502,7 @@ async def test_a_broker_that_never_answers_the_connection_is_left_for_the_next_o
 ) -> None:
     """A broker of the list that takes the connection and never sends CONNACK (a NATS node while its
     cluster elects) is left after ``connect_timeout``, not after the client's call timeout (here 300 s)."""
-
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()  # takes CONNECT and answers nothing, until the client hangs up
-        writer.close()
-
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    async with server:
-        silent_port = server.sockets[0].getsockname()[1]
+    async with _silent_broker() as silent_port:
         ports = (fresh_mosquitto.port, silent_port, mosquitto.port)
         brokers = BrokerAddress.parse(",".join(f"mqtt://127.0.0.1:{port}" for port in ports))
         config = BusConfig(brokers, "sl-1", "sl", network=network, connect_timeout=2, publish_timeout=300)
@@ -518,14 +520,7 @@ async def test_a_first_broker_that_never_answers_leaves_the_next_one_of_the_list
     connection and never sends CONNACK (a NATS node while its cluster re-forms after a partition heals)
     does not use up the whole wait, and the session connects to the next one (here 3 s after it began, of
     the 6 s it has)."""
-
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()
-        writer.close()
-
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    async with server:
-        silent_port = server.sockets[0].getsockname()[1]
+    async with _silent_broker() as silent_port:
         brokers = BrokerAddress.parse(f"mqtt://127.0.0.1:{silent_port},mqtt://127.0.0.1:{mosquitto.port}")
         async with Bus(BusConfig(brokers, "sl-1", "sl", network=network, connect_timeout=3)) as bus:
             assert bus.broker.port == mosquitto.port
