@@ -9,7 +9,8 @@ nothing and ends with ``MqttError`` when the connection drops, so the bus waits 
 A call waiting for the broker's answer ends when the connection drops: aiomqtt leaves a QoS-1 publish
 waiting for its PUBACK (a subscribe for its SUBACK) until its timeout, 30 s by default
 (``BusConfig.publish_timeout``), although no connection can bring it any more: a request published as
-its SN restarted waited that long before it was sent again.
+its SN restarted waited that long before it was sent again. So does a connection closed before the
+broker's CONNACK (a TLS broker resetting a plain client): aiomqtt waited out its connect timeout.
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-__all__ = ["Deliver", "DirectClient"]
+__all__ = ["ClosedBeforeConnack", "Deliver", "DirectClient"]
 
 log = logging.getLogger("swarm.bus")
 
 Deliver = Callable[[str, bytes, bool], None]
 """Takes a message's topic, payload and retain flag, on the event loop's thread; must not block."""
+
+
+class ClosedBeforeConnack(aiomqtt.MqttError):
+    """The connection closed before the broker answered it; paho logged why, when it could tell."""
 
 
 class DirectClient(aiomqtt.Client):
@@ -56,6 +61,10 @@ class DirectClient(aiomqtt.Client):
         properties: Properties | None = None,
     ) -> None:
         """aiomqtt's ``on_disconnect``; then every call waiting for the broker's answer ends at once."""
+        if not self._connected.done():  # connecting: __aenter__ raises it now, not at its timeout
+            unanswered = ClosedBeforeConnack("the connection closed before the broker answered")
+            self._connected.set_exception(unanswered)
+            self._connected.exception()  # read here too: a second call of paho's finds no one waiting
         super()._on_disconnect(client, userdata, flags, reason_code, properties)
         if self._disconnected.done() and not self._disconnected.cancelled():
             # seen here: when the connection dropped before the bus iterated messages (while it

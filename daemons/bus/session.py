@@ -25,7 +25,7 @@ from daemons.bus import paho_fixes
 from daemons.bus.config import BrokerAddress, BusConfig
 from daemons.bus.endpoint import Message, Subscription
 from daemons.bus.errors import BusConnectError, BusError
-from daemons.bus.mqtt_client import DirectClient
+from daemons.bus.mqtt_client import ClosedBeforeConnack, DirectClient
 from daemons.bus.retained import RetainedPresence
 from daemons.bus.rpc import Handler, RpcClient, RpcServer, subscribe_requests
 from daemons.bus.topics import Topics, namespace_of, topic_matches
@@ -128,6 +128,7 @@ class Bus:
         self._last_error: str = ""
         self._broker_errors: dict[str, str] = {}  # broker -> why its last attempt failed, if it said
         self._tried: set[str] = set()  # brokers of the list tried so far
+        self._refused_for_good: set[str] = set()  # brokers whose refusal another attempt cannot change
         self._paho_said = False  # paho logged why the current attempt failed
         self._closing = False
         self._left = False  # said offline for good (leave()): never online again
@@ -324,20 +325,29 @@ class Bus:
             self._broker_errors[str(self.broker)] = self._last_error
             self._paho_said = True
         if not self._ever_connected and _is_fatal(text, self._last_error):
+            self._refused_for_good_by(str(self.broker))
+
+    def _refused_for_good_by(self, broker: str) -> None:
+        """The first connection ends once every broker of the list refused it for a reason another attempt
+        cannot change (a certificate, TLS or not): the nodes of a cluster may be set up apart, so one
+        node's refusal leaves the others their turn."""
+        self._refused_for_good.add(broker)
+        if self._refused_for_good >= {str(address) for address in self.config.broker.addresses}:
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
         # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error),
-        # if there was one: else the broker did not answer.
+        # if there was one: else the broker did not answer. So when the connection closed unanswered.
         timed_out = "timed out" in str(exc).lower()
         if timed_out and not self._paho_said:
             self._broker_errors[str(self.broker)] = f"no answer within {self.config.connect_timeout:g} s"
-        if not (self._last_error and timed_out):
+        said_already = isinstance(exc, ClosedBeforeConnack) and self._paho_said
+        if not (self._last_error and timed_out) and not said_already:
             self._last_error = _describe(exc, tls=self.config.tls is not None)
             if not timed_out:
                 self._broker_errors[str(self.broker)] = self._last_error
             if not self._ever_connected and _is_fatal(exc, self._last_error):
-                self._failed.set()
+                self._refused_for_good_by(str(self.broker))
         if self._ever_connected:
             log.warning("bus[%s] lost %s: %s; reconnecting", self.uid, self.broker, self._last_error)
 
