@@ -324,6 +324,19 @@ async def test_a_list_of_brokers_that_all_refuse_our_certificates_fails_without_
     assert all(f"{url}: {NEEDS_CERTIFICATES}" in text for url in urls), text
 
 
+async def test_a_list_of_brokers_that_all_refuse_fails_as_one_broker_does(network: str) -> None:
+    """Three closed ports: the opening looks for them for ``connect_timeout`` (5 s), as for one broker,
+    not once per broker of the list (15 s), and names each one's refusal."""
+    from daemons.broker import free_port
+
+    urls = [f"mqtt://127.0.0.1:{free_port()}" for _ in range(3)]
+    config = BusConfig(BrokerAddress.parse(",".join(urls)), "sl-1", "sl", network=network, connect_timeout=5)
+    with pytest.raises(BusConnectError) as failed:
+        await asyncio.wait_for(_open_and_close(config), 11)
+    text = str(failed.value)
+    assert all(f"{url}: connection refused" in text for url in urls), text
+
+
 async def test_a_bus_opened_before_its_broker_connects_once_the_broker_is_up(
     tmp_path: Path, network: str
 ) -> None:

@@ -109,8 +109,9 @@ class BusConfig:
     ``uid`` is the node uid; ``identity`` the certificate's CN when it differs (a node that an SL
     identity vouches for; None: the uid is the identity); ``tls`` a client context from
     ``certs.tls.client_context``. Timeouts are in seconds; ``connect_timeout`` is each broker's wait
-    for CONNACK, and opening a session waits that long for each broker of its list; it fails sooner once
-    each of them refused it for a reason another attempt cannot change (certificates, TLS or not).
+    for CONNACK; opening a session looks for its brokers that long, and on until each broker of its list
+    has had its turn (``connect_timeout`` each at most), and fails at once when each of them refused it
+    for a reason another attempt cannot change (certificates, TLS or not).
     """
 
     broker: BrokerAddress

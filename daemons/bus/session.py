@@ -15,7 +15,7 @@ import random
 import secrets
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Container, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Coroutine, Iterable
 from typing import Any
 
 import aiomqtt
@@ -100,6 +100,16 @@ def _is_fatal(exc: BaseException | str, described: str = "") -> bool:
     )
 
 
+async def _first_of(events: Iterable[asyncio.Event], *, timeout: float) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 class Bus:
     """One process's session on the swarm bus."""
 
@@ -128,6 +138,8 @@ class Bus:
         self._last_error: str = ""
         self._broker_errors: dict[str, str] = {}  # broker -> why its last attempt failed, if it said
         self._tried: set[str] = set()  # brokers of the list tried so far
+        self._attempts_ended: set[str] = set()  # brokers of the list whose attempt failed so far
+        self._attempt_ended = asyncio.Event()
         self._refused_for_good: set[str] = set()  # brokers whose refusal another attempt cannot change
         self._paho_said = False  # paho logged why the current attempt failed
         self._closing = False
@@ -208,26 +220,29 @@ class Bus:
             log.exception("bus[%s] task %s failed", self.uid, name)
 
     async def _wait_first_connection(self) -> None:
-        # Each broker of a list gets connect_timeout: one that takes the connection and does not answer
-        # it (a NATS node while its cluster elects) must not use up the others' turn.
-        budget = self.config.connect_timeout * len(self.config.broker.addresses)
-        connected = asyncio.ensure_future(self._connected.wait())
-        failed = asyncio.ensure_future(self._failed.wait())
-        try:
-            await asyncio.wait({connected, failed}, timeout=budget, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            connected.cancel()
-            failed.cancel()
+        # connect_timeout, and on until each broker of a list has had its turn, connect_timeout each at
+        # most: one that takes the connection and does not answer it (a NATS node while its cluster elects)
+        # must not use up the others' turn, and a list of brokers that all refuse fails as one broker does.
+        loop = asyncio.get_running_loop()
+        timeout = self.config.connect_timeout
+        addresses = {str(address) for address in self.config.broker.addresses}
+        until, at_most = loop.time() + timeout, loop.time() + timeout * len(addresses)
+        while not (self._connected.is_set() or self._failed.is_set()):
+            now = loop.time()
+            if now >= at_most or (now >= until and self._attempts_ended >= addresses):
+                break
+            self._attempt_ended.clear()
+            events = (self._connected, self._failed, self._attempt_ended)
+            await _first_of(events, timeout=(until if now < until else at_most) - now)
         if not self._connected.is_set():
-            raise BusConnectError(self._why_not_connected(budget))
+            raise BusConnectError(self._why_not_connected())
 
-    def _why_not_connected(self, budget: float) -> str:
+    def _why_not_connected(self) -> str:
         """Why the first connection failed; for a list of brokers, each one's own reason."""
         addresses = [str(address) for address in self.config.broker.addresses]
-        if len(addresses) == 1:
-            reason = self._last_error or f"no answer within {budget:g} s"
-            return f"cannot connect to {self.config.broker} as {self.uid!r}: {reason}"
         silent = f"no answer within {self.config.connect_timeout:g} s"  # its attempt had not ended
+        if len(addresses) == 1:
+            return f"cannot connect to {self.config.broker} as {self.uid!r}: {self._last_error or silent}"
         reasons = [
             f"{a}: {self._broker_errors.get(a, silent if a in self._tried else 'not tried')}"
             for a in addresses
@@ -336,6 +351,8 @@ class Bus:
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
+        self._attempts_ended.add(str(self.broker))
+        self._attempt_ended.set()
         # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error),
         # if there was one: else the broker did not answer. So when the connection closed unanswered.
         timed_out = "timed out" in str(exc).lower()
