@@ -37,6 +37,12 @@ async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
     return True
 
 
+async def open_and_close(config: BusConfig) -> None:
+    """Open a bus session on ``config`` and close it (for a test of what opening raises)."""
+    async with Bus(config):
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _isolated_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep swci contexts, histories and logs of tests out of the user's home."""

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,10 +32,9 @@ from daemons.bus import (
 from daemons.bus.config import BrokerAddress
 from daemons.bus.endpoint import Subscription
 from daemons.bus.mqtt_client import DirectClient
-from daemons.bus.session import NEEDS_CERTIFICATES
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import find_sn
-from tests.conftest import MakeBus, bus_factory, eventually
+from tests.conftest import MakeBus, bus_factory, eventually, open_and_close
 from wire import encode_envelope, make_envelope
 from wire.tensors import FlatState
 
@@ -271,59 +270,6 @@ async def test_a_list_of_brokers_that_all_fail_says_what_each_one_did(network: s
     assert f"{silent_url}: no answer within 2 s | {refused_url}: connection refused" in text, text
 
 
-@contextlib.contextmanager
-def _tls_brokers(pki: Path, count: int) -> Iterator[list[ManagedBroker]]:
-    """``count`` mosquittos that take only clients with a certificate of the swarm's CA (an SN's)."""
-    from daemons.broker import BrokerSettings, BrokerTLS
-    from daemons.identity import Identity
-
-    init_swarm(pki, sl=0, swop=0, swci=0)
-    sn = Identity.load(pki / "sn-1-cert.pem", pki / "sn-1-key.pem", pki / "ca" / "capath")
-    tls = BrokerTLS(sn.ca_file(), sn.cert, sn.key)
-    brokers = [ManagedBroker(BrokerSettings(pki / f"broker-{i}", tls=tls), "mosquitto") for i in range(count)]
-    try:
-        for broker in brokers:
-            broker.start()
-        yield brokers
-    finally:
-        for broker in brokers:
-            broker.stop()
-
-
-async def _open_and_close(config: BusConfig) -> None:
-    async with Bus(config):
-        pass
-
-
-async def test_a_broker_of_the_list_that_refuses_our_certificates_leaves_the_next_one_its_turn(
-    mosquitto: ManagedBroker, tmp_path: Path, network: str
-) -> None:
-    """A node of a cluster set up apart from the others (here one that wants client certificates from a
-    client without any) refuses the first connection for good; the session goes on to the next broker of
-    its list, where it ended at once with that refusal."""
-    with _tls_brokers(tmp_path / "pki", 1) as (tls_broker,):
-        brokers = BrokerAddress.parse(f"mqtt://127.0.0.1:{tls_broker.port},mqtt://127.0.0.1:{mosquitto.port}")
-        async with Bus(BusConfig(brokers, "sl-1", "sl", network=network)) as bus:
-            assert bus.broker.port == mosquitto.port
-            await bus.publish(bus.topics.presence(bus.uid), b"here", timeout=10)
-
-
-async def test_a_list_of_brokers_that_all_refuse_our_certificates_fails_without_waiting_its_time(
-    tmp_path: Path, network: str
-) -> None:
-    """Every broker of the list refuses for good: opening ends once each has (well inside the 2 x 60 s
-    the list has), naming each one's reason."""
-    with _tls_brokers(tmp_path / "pki", 2) as tls_brokers:
-        urls = [f"mqtt://127.0.0.1:{broker.port}" for broker in tls_brokers]
-        brokers = BrokerAddress.parse(",".join(urls))
-        config = BusConfig(brokers, "sl-1", "sl", network=network, connect_timeout=60)
-        with pytest.raises(BusConnectError) as failed:
-            await asyncio.wait_for(_open_and_close(config), 50)
-    text = str(failed.value)
-    assert "cannot connect as 'sl-1' to any broker of the list" in text, text
-    assert all(f"{url}: {NEEDS_CERTIFICATES}" in text for url in urls), text
-
-
 async def test_a_list_of_brokers_that_all_refuse_fails_as_one_broker_does(network: str) -> None:
     """Three closed ports: the opening looks for them for ``connect_timeout`` (5 s), as for one broker,
     not once per broker of the list (15 s), and names each one's refusal."""
@@ -332,7 +278,7 @@ async def test_a_list_of_brokers_that_all_refuse_fails_as_one_broker_does(networ
     urls = [f"mqtt://127.0.0.1:{free_port()}" for _ in range(3)]
     config = BusConfig(BrokerAddress.parse(",".join(urls)), "sl-1", "sl", network=network, connect_timeout=5)
     with pytest.raises(BusConnectError) as failed:
-        await asyncio.wait_for(_open_and_close(config), 11)
+        await asyncio.wait_for(open_and_close(config), 11)
     text = str(failed.value)
     assert all(f"{url}: connection refused" in text for url in urls), text
 

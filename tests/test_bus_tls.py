@@ -14,8 +14,9 @@ from certs import Signer, Verifier, client_context, init_swarm
 from daemons.broker import BrokerSettings, BrokerTLS, ManagedBroker
 from daemons.broker.mosquitto import find_mosquitto
 from daemons.bus import Bus, BusConfig, BusConnectError, Request
-from daemons.bus.session import _describe, _is_fatal
-from tests.conftest import eventually
+from daemons.bus.config import BrokerAddress
+from daemons.bus.session import NEEDS_CERTIFICATES, _describe, _is_fatal
+from tests.conftest import eventually, open_and_close
 from wire import encode_envelope, make_envelope
 
 
@@ -76,6 +77,38 @@ async def test_certificate_from_another_ca_is_refused_clearly(swarm: Swarm, tmp_
     with pytest.raises(BusConnectError, match="certificate"):
         async with Bus(cfg):
             pass
+
+
+async def test_a_broker_of_the_list_that_refuses_our_certificates_leaves_the_next_one_its_turn(
+    swarm: Swarm, mosquitto: ManagedBroker, network: str
+) -> None:
+    """A node of a cluster set up apart from the others (here one that wants client certificates from a
+    client without any) refuses the first connection for good; the session goes on to the next broker of
+    its list, where it ended at once with that refusal."""
+    plain = f"mqtt://127.0.0.1:{swarm.broker.port},mqtt://127.0.0.1:{mosquitto.port}"
+    async with Bus(BusConfig(BrokerAddress.parse(plain), "sl-1", "sl", network=network)) as bus:
+        assert bus.broker.port == mosquitto.port
+        await bus.publish(bus.topics.presence(bus.uid), b"here", timeout=10)
+
+
+async def test_a_list_of_brokers_that_all_refuse_our_certificates_fails_without_waiting_its_time(
+    swarm: Swarm, tmp_path: Path, network: str
+) -> None:
+    """Every broker of the list refuses for good: opening ends once each has (well inside the 2 x 60 s
+    the list has), naming each one's reason."""
+    second = ManagedBroker(BrokerSettings(tmp_path / "broker", tls=swarm.broker.settings.tls), "mosquitto")
+    second.start()
+    try:
+        urls = [f"mqtt://127.0.0.1:{broker.port}" for broker in (swarm.broker, second)]
+        brokers = BrokerAddress.parse(",".join(urls))
+        config = BusConfig(brokers, "sl-1", "sl", network=network, connect_timeout=60)
+        with pytest.raises(BusConnectError) as failed:
+            await asyncio.wait_for(open_and_close(config), 50)
+    finally:
+        second.stop()
+    text = str(failed.value)
+    assert "cannot connect as 'sl-1' to any broker of the list" in text, text
+    assert all(f"{url}: {NEEDS_CERTIFICATES}" in text for url in urls), text
 
 
 def test_an_eof_as_the_tls_connection_opens_points_at_the_client_certificate() -> None:
