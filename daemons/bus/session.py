@@ -136,10 +136,9 @@ class Bus:
         self._connected = asyncio.Event()
         self._failed = asyncio.Event()
         self._last_error: str = ""
-        self._broker_errors: dict[str, str] = {}  # broker -> why its last attempt failed, if it said
+        self._broker_errors: dict[str, str] = {}  # broker -> why its last attempt failed (each records one)
         self._tried: set[str] = set()  # brokers of the list tried so far
-        self._attempts_ended: set[str] = set()  # brokers of the list whose attempt failed so far
-        self._attempt_ended = asyncio.Event()
+        self._attempt_ended = asyncio.Event()  # set as each connection attempt fails
         self._refused_for_good: set[str] = set()  # brokers whose refusal another attempt cannot change
         self._paho_said = False  # paho logged why the current attempt failed
         self._closing = False
@@ -225,11 +224,11 @@ class Bus:
         # must not use up the others' turn, and a list of brokers that all refuse fails as one broker does.
         loop = asyncio.get_running_loop()
         timeout = self.config.connect_timeout
-        addresses = {str(address) for address in self.config.broker.addresses}
+        addresses = set(self._broker_names)
         until, at_most = loop.time() + timeout, loop.time() + timeout * len(addresses)
         while not (self._connected.is_set() or self._failed.is_set()):
             now = loop.time()
-            if now >= at_most or (now >= until and self._attempts_ended >= addresses):
+            if now >= at_most or (now >= until and self._broker_errors.keys() >= addresses):
                 break
             self._attempt_ended.clear()
             events = (self._connected, self._failed, self._attempt_ended)
@@ -239,7 +238,7 @@ class Bus:
 
     def _why_not_connected(self) -> str:
         """Why the first connection failed; for a list of brokers, each one's own reason."""
-        addresses = [str(address) for address in self.config.broker.addresses]
+        addresses = self._broker_names
         silent = f"no answer within {self.config.connect_timeout:g} s"  # its attempt had not ended
         if len(addresses) == 1:
             return f"cannot connect to {self.config.broker} as {self.uid!r}: {self._last_error or silent}"
@@ -265,6 +264,11 @@ class Bus:
             self._tasks = None
 
     # --------------------------------------------------------------- connection
+    @property
+    def _broker_names(self) -> tuple[str, ...]:
+        """The brokers of the list, as their reasons and errors name them."""
+        return tuple(str(address) for address in self.config.broker.addresses)
+
     @property
     def broker(self) -> BrokerAddress:
         """The broker of the list this session uses now (or tries next)."""
@@ -347,11 +351,10 @@ class Bus:
         cannot change (a certificate, TLS or not): the nodes of a cluster may be set up apart, so one
         node's refusal leaves the others their turn."""
         self._refused_for_good.add(broker)
-        if self._refused_for_good >= {str(address) for address in self.config.broker.addresses}:
+        if self._refused_for_good >= set(self._broker_names):
             self._failed.set()
 
     def _note_failure(self, exc: BaseException) -> None:
-        self._attempts_ended.add(str(self.broker))
         self._attempt_ended.set()
         # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error),
         # if there was one: else the broker did not answer. So when the connection closed unanswered.
