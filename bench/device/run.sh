@@ -6,7 +6,9 @@
 #   rounds  bench/rounds.py: the sync round, 1.6 MB and 45 MB
 #   swarm   bench/swarm.py at the issue's size (4 x 15,000 samples, 10 epochs), blocking, syncFrequency 8;
 #           SWARM_ARGS replaces the last four arguments (e.g. "--sync-frequency 128 --sync-frequency 8
-#           --mode blocking": both frequencies took 297 s on an H200)
+#           --mode blocking": both frequencies took 297 s on an H200; on 2026-11-27 `tests rounds swarm`
+#           with that took 372 s and `swarm` with --mode overlapped 279 s: both modes do not fit this
+#           step's 400 s, so run them in two calls, the second within 30 s while the machine is warm)
 # Example: the device tool's command `bash bench/device/run.sh tests rounds`. Another command there needs
 # this script's pip install and exports first: without that PATH the SN finds no mosquitto and falls back
 # to amqtt, which that machine lacks.
