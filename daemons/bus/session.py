@@ -357,7 +357,8 @@ class Bus:
     def _note_failure(self, exc: BaseException) -> None:
         self._attempt_ended.set()
         # When aiomqtt only says "timed out", paho has logged the real reason already (_note_paho_error),
-        # if there was one: else the broker did not answer. So when the connection closed unanswered.
+        # if there was one: else the broker did not answer. A connection closed before its CONNACK
+        # (ClosedBeforeConnack) keeps paho's reason too, when paho logged one.
         timed_out = "timed out" in str(exc).lower()
         if timed_out and not self._paho_said:
             self._broker_errors[str(self.broker)] = f"no answer within {self.config.connect_timeout:g} s"
