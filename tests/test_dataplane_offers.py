@@ -13,7 +13,9 @@ import pytest
 
 from certs import client_context, init_swarm, server_context
 from contracts.rounds import leader_order
+from daemons.bus import BusError
 from daemons.bus.transfer import StateHolder, TransferError
+from daemons.ledger_client import Rejected
 from daemons.sl.dataplane import (
     DataPlaneClient,
     DataPlaneServer,
@@ -22,7 +24,7 @@ from daemons.sl.dataplane import (
     encode_offer,
     encode_result_request,
 )
-from daemons.sl.rounds import RoundEngine, RoundResult, _Part
+from daemons.sl.rounds import RoundEngine, RoundResult, _closed_or_failed, _Part
 from wire import CodecError
 from wire.frames import encode_frame_head, header_length
 from wire.tensors import FlatState, Manifest, make_manifest
@@ -306,3 +308,74 @@ async def test_a_round_we_went_on_from_early_is_followed_until_our_lead_of_it_re
     result, _ = await engine._follow_step(part, view, rnd, 7, leading)
     assert result is part.gone_early
     assert recorded.is_set() and leading.done() and not leading.cancelled()
+
+
+async def test_going_on_early_waits_for_the_close_of_the_round_before_the_last_not_of_the_last() -> None:
+    # The ledger's close of round 7 is slow: the early path of round 8 goes on without it (the check-in
+    # of round 8 waits for it, in the follow); that of round 9 waits until round 7 closed, so going on
+    # early runs at most one round ahead of the ledger.
+    members = ("sl-1", "sl-2", "sl-3")
+    leader7 = leader_order("c1", 7, members)[0]
+    uid = next(m for m in members if m != leader_order("c1", 8, members)[0])
+    engine = RoundEngine(cast(Any, SimpleNamespace(uid=uid)), cast(Any, None), _holder(), "c1")
+    engine._last_close = (7, members, leader7)
+    offered: list[int] = []
+    follows: list[tuple[int, Any]] = []
+    forever = asyncio.Event()
+
+    async def offer(flat: FlatState, manifest: Manifest, prediction: Any, *_: Any, **__: Any) -> RoundResult:
+        offered.append(prediction.number)
+        return RoundResult(flat, manifest.digest.hex(), prediction.number)
+
+    async def follow(part: _Part, previous: Any) -> RoundResult:
+        follows.append((int(part.prediction.number), previous))  # type: ignore[union-attr]
+        await forever.wait()  # the ledger's record of the round, never reached here
+        raise AssertionError("unreachable")
+
+    engine._offer = offer  # type: ignore[method-assign]
+    engine._follow = follow  # type: ignore[method-assign]
+    flat7, manifest7 = _model(1, 4096)
+    part7 = _Part(flat7, manifest7, {}, keep_own=False, public=False, previous=None, prediction=None)
+    following7 = asyncio.get_running_loop().create_task(forever.wait())
+    engine._following = (part7, cast(Any, following7))  # went on early from round 7; not closed yet
+
+    got8 = await asyncio.wait_for(engine.sync(_model(2, 4096)[0], samples=10, weight=1.0), 1.0)
+    assert got8.round == 8 and offered == [8]
+    assert follows[0][0] == 8 and follows[0][1][0] is part7  # the check-in of round 8 waits for close 7
+
+    syncing9 = asyncio.create_task(engine.sync(_model(3, 4096)[0], samples=10, weight=1.0))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert offered == [8] and not syncing9.done()  # round 7 is not closed: no early path for round 9
+    part7.closed.set_result(True)
+    got9 = await asyncio.wait_for(syncing9, 1.0)
+    assert got9.round == 9 and offered == [8, 9]
+    forever.set()
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+
+
+async def test_the_early_path_is_refused_what_a_check_in_ended_with_before_its_round_closed() -> None:
+    # the follow of round 7 failed before the ledger closed round 7 (refused, say): the sync after next
+    # raises it, as the next check-in does; a failure after the close is not the early path's to raise
+    flat, manifest = _model(4, 4096)
+    failed = _Part(flat, manifest, {}, keep_own=False, public=False, previous=None, prediction=None)
+
+    async def refused() -> RoundResult:
+        failed.closed.set_result(False)  # as _follow's finally sets it
+        raise Rejected("tx:round.checkin", "not a member")
+
+    task = asyncio.get_running_loop().create_task(refused())
+    with pytest.raises(Rejected, match="not a member"):
+        await _closed_or_failed((failed, task))
+    closed = _Part(flat, manifest, {}, keep_own=False, public=False, previous=None, prediction=None)
+    closed.closed.set_result(True)
+
+    async def late_failure() -> RoundResult:
+        raise BusError("the SN went away after the close")
+
+    late = asyncio.get_running_loop().create_task(late_failure())
+    await asyncio.sleep(0)
+    await _closed_or_failed((closed, late))  # closed: returns, whatever its follow did after
+    with pytest.raises(BusError):
+        late.result()

@@ -116,8 +116,11 @@ class _Part:
     previous: asyncio.Task[RoundResult] | None  # the follow of our last check-in, if it still ran
     prediction: _Prediction | None
     rejoins: int = 0  # the engine's count of re-attachments when the check-in was sent
-    # set once the ledger closed the round we checked in to (or the follow ended)
-    closed: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    # the check-in before ours, while it was followed still: the next sync's early path waits for its
+    # close (then drops it), so that going on early runs at most one round ahead of the ledger
+    prior: tuple[_Part, asyncio.Task[RoundResult]] | None = None
+    # True once the ledger closed the round we checked in to; False when the follow ended without that
+    closed: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     gone_early: RoundResult | None = None
 
     @property
@@ -136,6 +139,19 @@ async def _closed_before(following: _Following | None) -> None:
         return
     part, task = following
     await asyncio.wait((part.closed, task), return_when=asyncio.FIRST_COMPLETED)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        task.result()
+
+
+async def _closed_or_failed(following: _Following | None) -> None:
+    """Wait until the round of an earlier check-in closed, raising what following it raised when it
+    ended before the ledger closed that round (a failure after the close is the next follow's to see)."""
+    if following is None:
+        return
+    part, task = following
+    await asyncio.wait((part.closed, task), return_when=asyncio.FIRST_COMPLETED)
+    if part.closed.done() and part.closed.result():
+        return
     if task.done() and not task.cancelled() and task.exception() is not None:
         task.result()
 
@@ -466,7 +482,15 @@ class RoundEngine:
         public = self.latest is not None and self.latest.digest == digest  # a merged model, resent
         timer.mark("hash")
         previous, self._following = self._following, None
-        await _closed_before(previous)
+        # Our check-in waits for the close of the round of our last one (``_follow``); the early path
+        # only for the close of the round before that, so the ledger's close is off a round's path.
+        if previous is not None:
+            prior, previous[0].prior = previous[0].prior, None
+            try:
+                await _closed_or_failed(prior)
+            except BaseException:
+                await _stop(previous[1])  # its check-in waited for that round: it ended with it
+                raise
         body = {
             "contract": self.contract,
             "digest": digest,
@@ -479,7 +503,9 @@ class RoundEngine:
             prediction is not None and not keep_own and not init and self.uid in prediction.participants
         )
         previous_follow = previous[1] if previous else None
-        part = _Part(flat, manifest, body, keep_own, public, previous_follow, prediction, self.rejoins)
+        part = _Part(
+            flat, manifest, body, keep_own, public, previous_follow, prediction, self.rejoins, prior=previous
+        )
         loop = asyncio.get_running_loop()
         source: asyncio.Task[RoundResult | None] | None = None
         if (
@@ -493,7 +519,7 @@ class RoundEngine:
             source = loop.create_task(_early_result(merging))
         elif prediction is not None:
             source = loop.create_task(self._offer(flat, manifest, prediction, weight, fetch=may_go_early))
-        following = loop.create_task(self._follow(part))
+        following = loop.create_task(self._follow(part, previous))
         try:
             result = await self._race(part, following, source)
         except BaseException:
@@ -549,9 +575,11 @@ class RoundEngine:
                  result.round, result.digest[:16])  # fmt: skip
         return result
 
-    async def _follow(self, part: _Part) -> RoundResult:
-        """Our check-in, on the ledger: submitted, then followed until the round gives us a model (or,
-        once we went on early, until it closed and, were we its leader, our merge was recorded)."""
+    async def _follow(self, part: _Part, previous: _Following | None) -> RoundResult:
+        """Our check-in, on the ledger: submitted once the round of our ``previous`` one closed (the
+        ledger takes a node's next check-in only then), then followed until the round gives us a model
+        (or, once we went on early, until it closed and, were we its leader, our merge was recorded)."""
+        await _closed_before(previous)
         async with self.ledger.watch("round", self.contract, keep=True) as watch:
             receipt = await self.ledger.submit("round.checkin", part.body)
             number = self._checked_in(part, receipt)
@@ -567,7 +595,7 @@ class RoundEngine:
             try:
                 while True:
                     if not part.closed.done() and _has_closed(view, number):
-                        part.closed.set_result(None)
+                        part.closed.set_result(True)
                     self._confirm(view)
                     await self._lead_replaced(view, number)
                     rnd = _find(view, number)
@@ -581,7 +609,7 @@ class RoundEngine:
                     view = await self._next_view(watch, number, racing) or view
             finally:
                 if not part.closed.done():
-                    part.closed.set_result(None)
+                    part.closed.set_result(False)
                 if part.gone_early is None:  # else the prefetch is a later round's
                     await self._stop_prefetch()
                 early = self._early_merges.pop(part.prediction.number, None) if part.prediction else None
