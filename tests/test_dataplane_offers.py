@@ -4,6 +4,8 @@ chunk, kept by digest (the newest per sender), refused by a server that takes no
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -320,15 +322,16 @@ async def test_going_on_early_waits_for_the_close_of_the_round_before_the_last_n
     engine = RoundEngine(cast(Any, SimpleNamespace(uid=uid)), cast(Any, None), _holder(), "c1")
     engine._last_close = (7, members, leader7)
     offered: list[int] = []
-    follows: list[tuple[int, Any]] = []
+    follows: list[tuple[int, Any, float]] = []
     forever = asyncio.Event()
 
     async def offer(flat: FlatState, manifest: Manifest, prediction: Any, *_: Any, **__: Any) -> RoundResult:
         offered.append(prediction.number)
         return RoundResult(flat, manifest.digest.hex(), prediction.number)
 
-    async def follow(part: _Part, previous: Any) -> RoundResult:
-        follows.append((int(part.prediction.number), previous))  # type: ignore[union-attr]
+    async def follow(part: _Part, previous: Any, going_early: Any, wait: float) -> RoundResult:
+        assert going_early is not None  # the check-in may wait for the early path (CHECKIN_DEFER)
+        follows.append((int(part.prediction.number), previous, wait))  # type: ignore[union-attr]
         await forever.wait()  # the ledger's record of the round, never reached here
         raise AssertionError("unreachable")
 
@@ -342,6 +345,7 @@ async def test_going_on_early_waits_for_the_close_of_the_round_before_the_last_n
     got8 = await asyncio.wait_for(engine.sync(_model(2, 4096)[0], samples=10, weight=1.0), 1.0)
     assert got8.round == 8 and offered == [8]
     assert follows[0][0] == 8 and follows[0][1][0] is part7  # the check-in of round 8 waits for close 7
+    assert follows[0][2] == 0.0  # and not for the early path: none went on early here before
 
     syncing9 = asyncio.create_task(engine.sync(_model(3, 4096)[0], samples=10, weight=1.0))
     for _ in range(20):
@@ -350,6 +354,7 @@ async def test_going_on_early_waits_for_the_close_of_the_round_before_the_last_n
     part7.closed.set_result(True)
     got9 = await asyncio.wait_for(syncing9, 1.0)
     assert got9.round == 9 and offered == [8, 9]
+    assert 0.0 < follows[1][2] <= engine.checkin_defer  # round 8 went on early: round 9's check-in waits
     forever.set()
     for task in asyncio.all_tasks() - {asyncio.current_task()}:
         task.cancel()
@@ -379,3 +384,56 @@ async def test_the_early_path_is_refused_what_a_check_in_ended_with_before_its_r
     await _closed_or_failed((closed, late))  # closed: returns, whatever its follow did after
     with pytest.raises(BusError):
         late.result()
+
+
+class _RefusingLedger:
+    """A ledger stand-in that notes when a check-in is submitted, and refuses it (ending the follow)."""
+
+    def __init__(self) -> None:
+        self.submitted = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def watch(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
+        yield SimpleNamespace()
+
+    async def submit(self, kind: str, _body: dict[str, Any]) -> dict[str, Any]:
+        self.submitted.set()
+        raise Rejected(kind, "refused here")
+
+
+async def test_a_check_in_waits_for_the_early_path_but_not_longer_than_its_bound() -> None:
+    # the round's check-in goes to the ledger once the early path has its merge, so the ledger's work
+    # runs beside training; an early path that stalls holds it back for CHECKIN_DEFER at most
+    ledger = _RefusingLedger()
+    engine = RoundEngine(cast(Any, SimpleNamespace(uid="sl-1")), cast(Any, ledger), _holder(), "c1")
+    flat, manifest = _model(5, 4096)
+    part = _Part(flat, manifest, {}, keep_own=False, public=False, previous=None, prediction=None)
+    merged = asyncio.Event()
+    early = asyncio.create_task(merged.wait())
+    following = asyncio.create_task(engine._follow(part, None, early, 30.0))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not ledger.submitted.is_set()  # the early path is still under way
+    merged.set()
+    with pytest.raises(Rejected):
+        await asyncio.wait_for(following, 1.0)
+    assert ledger.submitted.is_set()
+
+    ledger.submitted.clear()
+    stalled = asyncio.create_task(asyncio.Event().wait())
+    with pytest.raises(Rejected):  # submitted after the bound, though the early path never ended
+        await asyncio.wait_for(engine._follow(part, None, stalled, 0.05), 5.0)
+    assert ledger.submitted.is_set() and not stalled.done()
+    stalled.cancel()
+
+
+def test_a_check_in_waits_three_times_the_nodes_usual_early_path_within_the_bound() -> None:
+    engine = _engine(None)
+    engine.checkin_defer = 0.5
+    assert engine._checkin_wait() == 0.0  # never went on early: the check-in goes at once
+    engine._early_spans.extend([0.010, 0.030, 0.020])
+    assert engine._checkin_wait() == pytest.approx(0.060)
+    engine._early_spans.extend([0.4] * 8)  # the last 8 only
+    assert engine._checkin_wait() == 0.5
+    engine.checkin_defer = 0.0  # SWARM_SL_CHECKIN_DEFER=0
+    assert engine._checkin_wait() == 0.0

@@ -13,6 +13,8 @@ import contextlib
 import logging
 import os
 import signal
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -23,6 +25,7 @@ from contracts.rounds import leader_order
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
+from daemons.settings import seconds_from_env
 from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, Rows, TensorLayout, merge_flat
@@ -56,6 +59,14 @@ _DATAPLANE_RETRY = 60.0  # seconds a peer whose data plane failed is pulled from
 # How long the leader of a final round waits for another participant to take the merged model before it
 # records it (well inside the default leader timeout of 30 s; the participants ask for it as it closes).
 FINAL_HANDOVER_WAIT = 10.0
+CHECKIN_DEFER = 0.5
+"""Seconds a check-in waits at most for the round's early path to end (its merge in hand, or given up):
+``SWARM_SL_CHECKIN_DEFER``, 0 for none. It waits ``EARLY_SPAN`` times the median of the node's last
+``EARLY_KEPT`` early paths, within that bound, and not at all before it went on early once. The ledger's
+part of a round (the check-ins' block, their receipts and events) then runs beside training, not beside
+the merge; a round whose early path stalls (a peer gone, a straggler) reaches the ledger that much later."""
+EARLY_SPAN = 3.0
+EARLY_KEPT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +360,8 @@ class RoundEngine:
         self.merge_options = merge_options or MergeOptions()
         self.max_update_norm = max_update_norm
         self.fetch_timeout = fetch_timeout
+        self.checkin_defer = seconds_from_env("SWARM_SL_CHECKIN_DEFER", CHECKIN_DEFER)
+        self._early_spans: deque[float] = deque(maxlen=EARLY_KEPT)  # seconds our last early paths took
         self.secure = secure  # secure aggregation: own models are offered masked, never served
         self.dataplane = dataplane
         self.offers = offers  # rows peers pushed to this node's data plane, for the rounds it leads
@@ -519,7 +532,9 @@ class RoundEngine:
             source = loop.create_task(_early_result(merging))
         elif prediction is not None:
             source = loop.create_task(self._offer(flat, manifest, prediction, weight, fetch=may_go_early))
-        following = loop.create_task(self._follow(part, previous))
+        wait = self._checkin_wait() if may_go_early else 0.0
+        following = loop.create_task(self._follow(part, previous, source, wait))
+        started = loop.time()
         try:
             result = await self._race(part, following, source)
         except BaseException:
@@ -529,6 +544,7 @@ class RoundEngine:
         finally:
             await _stop(source)
         if part.gone_early is not None:
+            self._early_spans.append(loop.time() - started)
             self._following = (part, following)
             timer.mark("early")
             timer.report(result.round)
@@ -575,11 +591,24 @@ class RoundEngine:
                  result.round, result.digest[:16])  # fmt: skip
         return result
 
-    async def _follow(self, part: _Part, previous: _Following | None) -> RoundResult:
+    def _checkin_wait(self) -> float:
+        """Seconds a check-in waits for the round's early path (``CHECKIN_DEFER``)."""
+        if not self._early_spans:
+            return 0.0
+        return min(self.checkin_defer, EARLY_SPAN * statistics.median(self._early_spans))
+
+    async def _follow(
+        self, part: _Part, previous: _Following | None, going_early: asyncio.Task[Any] | None, wait: float
+    ) -> RoundResult:
         """Our check-in, on the ledger: submitted once the round of our ``previous`` one closed (the
-        ledger takes a node's next check-in only then), then followed until the round gives us a model
-        (or, once we went on early, until it closed and, were we its leader, our merge was recorded)."""
+        ledger takes a node's next check-in only then) and the early path ``going_early`` ended (``wait``
+        seconds at most), then followed until the round gives us a model (or, once we went on early,
+        until it closed and, were we its leader, our merge was recorded)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
         await _closed_before(previous)
+        if going_early is not None and wait > 0:
+            await asyncio.wait((going_early,), timeout=max(deadline - loop.time(), 0.0))
         async with self.ledger.watch("round", self.contract, keep=True) as watch:
             receipt = await self.ledger.submit("round.checkin", part.body)
             number = self._checked_in(part, receipt)
