@@ -44,6 +44,16 @@ def test_a_process_started_for_a_version_imports_that_version(tmp_path: Path) ->
     assert shown == [str(tree / "daemons" / "__init__.py"), str(tree / "wire" / "__init__.py")]
 
 
+def test_a_directory_holding_a_tree_is_that_tree(tmp_path: Path) -> None:
+    # a GPU machine gets no git history: the base is a tree unpacked beforehand (bench/device/prepare.sh)
+    tree = tmp_path / "base"
+    for part in ("daemons/sl/rounds.py", "bench/rounds.py"):
+        (tree / part).parent.mkdir(parents=True, exist_ok=True)
+        (tree / part).write_text("")
+    assert unpack(str(tree), tmp_path) == tree.resolve()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]  # nothing unpacked
+
+
 @pytest.mark.skipif(not GIT_CHECKOUT, reason="needs the git history of this checkout")
 def test_an_unknown_revision_stops_with_one_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="cannot unpack 'no-such-revision-here'"):

@@ -5,12 +5,16 @@
 # project's own wheel in .gpu/whl, and mosquitto with its libraries (Debian 12 packages) in .gpu/mq.
 # Run here, at the project's root, after `make .venv/.installed-stamp`; then carry .gpu to the device and
 # run bench/device/run.sh there. .gpu is ignored by git through .git/info/exclude (added when missing).
+# --base REV also unpacks that revision into .gpu/base, for run.sh's `compare` step (that machine has no
+# git history to unpack it from).
 set -euo pipefail
 python_version=3.12
+base=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) python_version="$2"; shift 2 ;;
-    *) echo "usage: bench/device/prepare.sh [--python 3.12]" >&2; exit 2 ;;
+    --base) base="$2"; shift 2 ;;
+    *) echo "usage: bench/device/prepare.sh [--python 3.12] [--base REV]" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/../.."
@@ -45,4 +49,9 @@ ldd .gpu/mq/usr/sbin/mosquitto | awk '/=> \// {print $3}' | while read -r lib; d
   esac
 done
 cp -L .gpu/mq/usr/lib/x86_64-linux-gnu/*.so* .gpu/mq/lib/ 2>/dev/null || true
+if [ -n "$base" ]; then
+  echo "$base -> .gpu/base"
+  rm -rf .gpu/base && mkdir -p .gpu/base
+  git archive --format=tar "$base" | tar -x -C .gpu/base
+fi
 du -sh .gpu/whl .gpu/mq

@@ -9,6 +9,8 @@
 #           --mode blocking": both frequencies took 297 s on an H200; on 2026-11-27 `tests rounds swarm`
 #           with that took 372 s and `swarm` with --mode overlapped 279 s: both modes do not fit this
 #           step's 400 s, so run them in two calls, the second within 30 s while the machine is warm)
+#   compare bench/compare.py of .gpu/base (prepare.sh --base REV) against the working tree: the 1.6 MB
+#           round, 3 pairs back to back and 3 with 30 ms of pretend training a round (as a GPU trains)
 # Example: the device tool's command `bash bench/device/run.sh tests rounds`. Another command there needs
 # this script's pip install and exports first: without that PATH the SN finds no mosquitto and falls back
 # to amqtt, which that machine lacks.
@@ -32,6 +34,11 @@ for step in $steps; do
       # shellcheck disable=SC2086 # SWARM_ARGS is a list of arguments
       timeout 400 python3 bench/swarm.py --per-node 15000 --epochs 10 \
         ${SWARM_ARGS:---sync-frequency 8 --mode blocking} 2>&1 | tee "$OUT/swarm.txt" | grep -E "^overhead" | cut -c1-900 ;;
-    *) echo "no step $step (tests, rounds, swarm)" >&2 ;;
+    compare)
+      [ -d .gpu/base ] || { echo "no .gpu/base: run bench/device/prepare.sh --base REV here" >&2; continue; }
+      { timeout 150 python3 bench/compare.py .gpu/base . --pairs 3 --rounds 300
+        timeout 150 python3 bench/compare.py .gpu/base . --pairs 3 --rounds 150 --work-s 0.03
+      } 2>&1 | tee "$OUT/compare.txt" | grep -E "round:|CPU a round" ;;
+    *) echo "no step $step (tests, rounds, swarm, compare)" >&2 ;;
   esac
 done
