@@ -26,7 +26,7 @@ from daemons.sl.dataplane import (
     encode_offer,
     encode_result_request,
 )
-from daemons.sl.rounds import RoundEngine, RoundResult, _closed_or_failed, _Part
+from daemons.sl.rounds import RoundEngine, RoundResult, _closed_before, _Part
 from wire import CodecError
 from wire.frames import encode_frame_head, header_length
 from wire.tensors import FlatState, Manifest, make_manifest
@@ -372,7 +372,7 @@ async def test_the_early_path_is_refused_what_a_check_in_ended_with_before_its_r
 
     task = asyncio.get_running_loop().create_task(refused())
     with pytest.raises(Rejected, match="not a member"):
-        await _closed_or_failed((failed, task))
+        await _closed_before((failed, task), failed_after=False)
     closed = _Part(flat, manifest, {}, keep_own=False, public=False, previous=None, prediction=None)
     closed.closed.set_result(True)
 
@@ -381,7 +381,7 @@ async def test_the_early_path_is_refused_what_a_check_in_ended_with_before_its_r
 
     late = asyncio.get_running_loop().create_task(late_failure())
     await asyncio.sleep(0)
-    await _closed_or_failed((closed, late))  # closed: returns, whatever its follow did after
+    await _closed_before((closed, late), failed_after=False)  # closed: returns, whatever its follow did after
     with pytest.raises(BusError):
         late.result()
 

@@ -143,25 +143,15 @@ class _Part:
 _Following = tuple[_Part, "asyncio.Task[RoundResult]"]
 
 
-async def _closed_before(following: _Following | None) -> None:
-    """Wait until the round of our last check-in closed (raising what following it raised): the ledger
-    takes a node's next check-in only once the round it checked in to has closed."""
+async def _closed_before(following: _Following | None, *, failed_after: bool = True) -> None:
+    """Wait until the round of an earlier check-in closed, raising what following it raised: the ledger
+    takes a node's next check-in only once the round it checked in to has closed. With ``failed_after``
+    False, a failure after the ledger closed that round is not raised (it is the next follow's to see)."""
     if following is None:
         return
     part, task = following
     await asyncio.wait((part.closed, task), return_when=asyncio.FIRST_COMPLETED)
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        task.result()
-
-
-async def _closed_or_failed(following: _Following | None) -> None:
-    """Wait until the round of an earlier check-in closed, raising what following it raised when it
-    ended before the ledger closed that round (a failure after the close is the next follow's to see)."""
-    if following is None:
-        return
-    part, task = following
-    await asyncio.wait((part.closed, task), return_when=asyncio.FIRST_COMPLETED)
-    if part.closed.done() and part.closed.result():
+    if not failed_after and part.closed.done() and part.closed.result():
         return
     if task.done() and not task.cancelled() and task.exception() is not None:
         task.result()
@@ -500,7 +490,7 @@ class RoundEngine:
         if previous is not None:
             prior, previous[0].prior = previous[0].prior, None
             try:
-                await _closed_or_failed(prior)
+                await _closed_before(prior, failed_after=False)
             except BaseException:
                 await _stop(previous[1])  # its check-in waited for that round: it ended with it
                 raise
