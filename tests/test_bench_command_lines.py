@@ -12,8 +12,8 @@ import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 SCRIPTS = (
-    "bus", "compare", "failover", "faults", "faults_nodes", "flower_compare", "fuzz", "ledger", "ledger_core",
-    "merge", "robust", "rounds", "run_all", "scale", "secagg", "summation_order", "swarm",
+    "bus", "chain", "compare", "failover", "faults", "faults_nodes", "flower_compare", "fuzz", "ledger",
+    "ledger_core", "merge", "robust", "rounds", "run_all", "scale", "secagg", "summation_order", "swarm",
 )  # fmt: skip
 
 
@@ -47,6 +47,7 @@ def test_help_says_what_it_measures_and_runs_nothing(script: str) -> None:
         ("swarm", ["--per-node", "5", "--epochs", "0"], "argument --epochs: 0 is not above 0"),
         ("fuzz", ["lots"], "argument cases: 'lots' is not a whole number"),
         ("compare", ["HEAD", "--pairs", "0"], "argument --pairs: 0 is not above 0"),
+        ("chain", ["--rounds", "4"], "--mb must be above 0, --work-s not below 0 and --rounds above 4"),
         ("ledger", ["0"], "argument transactions: 0 is not above 0"),
         ("ledger_core", ["1000", "-5"], "argument batch: -5 is not above 0"),
         ("flower_compare", ["5", "1", "2"], "unrecognized arguments: 2"),

@@ -11,6 +11,8 @@
 #           step's 400 s, so run them in two calls, the second within 30 s while the machine is warm)
 #   compare bench/compare.py of .gpu/base (prepare.sh --base REV) against the working tree: the 1.6 MB
 #           round, 3 pairs back to back and 3 with 30 ms of pretend training a round (as a GPU trains)
+#   chain   bench/chain.py: when each SL did each step of a 1.6 MB round, by role, with 30 ms of pretend
+#           training a round and back to back (about 25 s each on 2 cores)
 # Example: the device tool's command `bash bench/device/run.sh tests rounds`. Another command there needs
 # this script's pip install and exports first: without that PATH the SN finds no mosquitto and falls back
 # to amqtt, which that machine lacks.
@@ -39,6 +41,10 @@ for step in $steps; do
       { timeout 150 python3 bench/compare.py .gpu/base . --pairs 3 --rounds 300
         timeout 150 python3 bench/compare.py .gpu/base . --pairs 3 --rounds 150 --work-s 0.03
       } 2>&1 | tee "$OUT/compare.txt" | grep -E "round:|CPU a round" ;;
-    *) echo "no step $step (tests, rounds, swarm, compare)" >&2 ;;
+    chain)
+      { timeout 120 python3 bench/chain.py --rounds 300 --work-s 0.03
+        timeout 120 python3 bench/chain.py --rounds 300 --work-s 0
+      } 2>&1 | tee "$OUT/chain.txt" | grep -E "^chain|^rounds with|program answered" ;;
+    *) echo "no step $step (tests, rounds, swarm, compare, chain)" >&2 ;;
   esac
 done
