@@ -27,6 +27,7 @@ TRACED = (
     ("daemons.sl.rounds", "RoundEngine", "_merge_early", "merge_early"),  # waits for the rows, merges
     ("daemons.sl.rounds", "RoundEngine", "_merge", "merge"),  # the merge and its manifest
     ("daemons.sl.dataplane", None, "_send_model", "hand_over"),  # a leader answers a fetch
+    ("daemons.sl.dataplane", None, "_copy_file", "copy"),  # a model copied out of a peer's file, checked
     ("daemons.sl.local_server", "LocalServer", "_send", "answer"),  # the SL answers its program
 )
 _FLUSH_EVERY = 512
