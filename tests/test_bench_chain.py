@@ -12,7 +12,18 @@ from types import ModuleType
 
 import pytest
 
-from bench.chain import TRACER, chain, read_stamps, report, trace_rounds
+from bench.chain import (
+    TRACER,
+    Traced,
+    chain,
+    cpu_by_role,
+    cpu_report,
+    read_pids,
+    read_stamps,
+    report,
+    trace_rounds,
+)
+from bench.sched import Slice
 
 MS = 1_000_000  # ns
 
@@ -71,6 +82,30 @@ def test_stamps_are_read_per_node_from_the_tracers_files(tmp_path: Path) -> None
     (tmp_path / "sl-2-4242.txt").write_text("30 request-\n10 request+\n")
     (tmp_path / "sl1-7.txt").write_text("5 hash+\n")
     assert read_stamps(tmp_path) == {"sl-2": [(10, "request+"), (30, "request-")], "sl1": [(5, "hash+")]}
+    assert read_pids(tmp_path) == {4242: "sl-2", 7: "sl1"}
+
+
+def test_cpu_is_added_up_by_role_in_the_two_parts_of_a_round() -> None:
+    # round 2 of _rounds: sl4 asks last at 200 ms, sl1 leads and has its merge at 204 ms, all answered at 210
+    events = _rounds([False, False, False, False, False])
+    pids = {11: "sl1", 12: "sl2", 13: "sl3", 14: "sl4"}
+    slices = [
+        Slice(200 * MS, 204 * MS, 11, "swarm"),  # the leader, until its merge
+        Slice(204 * MS, 206 * MS, 14, "swarm"),  # the last to ask, in the hand-over
+        Slice(206 * MS, 207 * MS, 99, "swarm"),  # the SN (a swarm process that is no SL)
+        Slice(207 * MS, 208 * MS, 50, "python3"),  # a program
+        Slice(208 * MS, 209 * MS, 1, "mosquitto"),
+        Slice(0, 1, 7, "perf"),
+        Slice(10_000 * MS, 10_000 * MS + 1, 7, "perf"),  # the recording covers every round
+    ]
+    rows = {(part, role): ms for kind, part, role, ms in cpu_by_role(Traced(events, pids, slices), own_pid=7)}
+    assert rows[("to the merge", "leader SL")] == 4.0
+    assert rows[("the hand-over", "last SL")] == 2.0
+    assert rows[("the hand-over", "SN")] == 1.0 and rows[("the hand-over", "programs")] == 1.0
+    assert rows[("the hand-over", "mosquitto")] == 1.0
+    assert "CPU ms a round, all cores (perf sched), rounds with the participant last:" in cpu_report(
+        cpu_by_role(Traced(events, pids, slices), own_pid=7)
+    )
 
 
 def test_every_traced_coroutine_exists_so_a_rename_breaks_here_not_the_trace() -> None:
@@ -101,8 +136,10 @@ def test_the_tracer_stamps_a_coroutines_start_and_end_and_picks_only_sl_processe
 
 @pytest.mark.slow
 def test_a_short_traced_run_stamps_every_sls_requests() -> None:
-    events = trace_rounds(0.2, 6, 0.0)
-    assert sorted(events) == ["sl1", "sl2", "sl3", "sl4"]
+    traced = trace_rounds(0.2, 6, 0.0)
+    events = traced.events
+    assert sorted(events) == ["sl1", "sl2", "sl3", "sl4"] and sorted(traced.pids.values()) == sorted(events)
+    assert traced.slices is None  # no perf sched unless asked for
     for stamps in events.values():
         labels = [label for _, label in stamps]
         assert labels.count("request+") >= 6 and labels.count("hash-") >= 6
