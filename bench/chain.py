@@ -59,21 +59,25 @@ class Stamp:
     rounds: int  # rounds of its kind
 
 
+def _trace_files(directory: Path) -> list[tuple[Path, str, int]]:
+    """The tracer's files in ``directory`` (``<node>-<pid>.txt``), with their node and process id."""
+    files = []
+    for path in sorted(directory.glob("*.txt")):
+        node, _, pid = path.stem.rpartition("-")
+        if node and pid.isdigit():
+            files.append((path, node, int(pid)))
+    return files
+
+
 def read_pids(directory: Path) -> dict[int, str]:
     """The process id of every node that wrote a file of stamps in ``directory``."""
-    pids = {}
-    for path in directory.glob("*.txt"):
-        node, _, pid = path.stem.rpartition("-")
-        if pid.isdigit():
-            pids[int(pid)] = node
-    return pids
+    return {pid: node for _, node, pid in _trace_files(directory)}
 
 
 def read_stamps(directory: Path) -> Events:
     """Every node's stamps from the tracer's files in ``directory``."""
     events: Events = defaultdict(list)
-    for path in sorted(directory.glob("*.txt")):
-        node = path.stem.rsplit("-", 1)[0]
+    for path, node, _ in _trace_files(directory):
         for line in path.read_text().splitlines():
             ns, _, label = line.partition(" ")
             if label:

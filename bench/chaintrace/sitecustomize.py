@@ -1,8 +1,8 @@
 """The tracer ``bench/chain.py`` puts on the ``PYTHONPATH`` of the SLs it starts (Python imports a
 ``sitecustomize`` module at start-up): in a ``swarm sl`` process, when ``SWARM_CHAIN_TRACE_DIR`` is set,
 each coroutine of ``TRACED`` writes ``<CLOCK_MONOTONIC ns> <label>+`` when it starts and ``...-`` when it
-ends into ``<dir>/<node name>-<pid>.txt`` (buffered: flushed every few hundred lines and at exit). Any
-other process, and an SL without the variable, is left as it is.
+ends into ``<dir>/<node name>-<pid>.txt`` (buffered: written out as the file's buffer fills, and at
+exit). Any other process, and an SL without the variable, is left as it is.
 """
 
 from __future__ import annotations
@@ -30,25 +30,16 @@ TRACED = (
     ("daemons.sl.dataplane", None, "_copy_file", "copy"),  # a model copied out of a peer's file, checked
     ("daemons.sl.local_server", "LocalServer", "_send", "answer"),  # the SL answers its program
 )
-_FLUSH_EVERY = 512
 
 
 def _stamped(fn: Callable[..., Coroutine[Any, Any, Any]], label: str, out: IO[str]) -> Callable[..., Any]:
-    written = [0]
-
-    def write(mark: str) -> None:
-        out.write(f"{time.monotonic_ns()} {label}{mark}\n")
-        written[0] += 1
-        if written[0] % _FLUSH_EVERY == 0:
-            out.flush()
-
     @functools.wraps(fn)
     async def traced(*args: Any, **kwargs: Any) -> Any:
-        write("+")
+        out.write(f"{time.monotonic_ns()} {label}+\n")
         try:
             return await fn(*args, **kwargs)
         finally:
-            write("-")
+            out.write(f"{time.monotonic_ns()} {label}-\n")
 
     return traced
 
