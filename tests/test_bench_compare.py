@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import ROOT
-from bench.compare import Measured, env_for, main, ratios, run_order, summary, unpack
+from bench.compare import Measured, env_for, main, ratio_interval, ratios, run_order, summary, unpack, verdict
 
 GIT_CHECKOUT = (ROOT / ".git").exists()
 
@@ -67,11 +67,34 @@ def test_the_summary_gives_both_means_their_ratio_and_the_pairs_spread() -> None
     ]
     assert ratios(pairs, "median_ms") == [0.9, 1.0]
     lines = summary(pairs)
-    assert lines[0] == "    median round: base  11.00 ms, new  10.50 ms, new / base 0.955 (pairs 0.900-1.000)"
+    assert lines[0] == (
+        "    median round: base  11.00 ms, new  10.50 ms, new / base 0.955 "
+        f"(pairs 0.900-1.000; {verdict([0.9, 1.0])})"
+    )
     assert lines[2].startswith("     CPU a round: base  15.50 ms, new  14.50 ms, new / base 0.935")
-    assert "         CPU SLs: base  12.50 ms, new  11.50 ms" in lines
+    assert f"         CPU SLs: base  12.50 ms, new  11.50 ms ({verdict([11 / 12, 12 / 13])})" in lines
+    assert "          CPU SN: base   3.00 ms, new   3.00 ms (95 % interval 1.000-1.000: not shown)" in lines
     unsampled = (_measured("HEAD~1", 20.0, 30.0), Measured(".", 20.0, 21.0, {}))  # a run too short for it
     assert summary([*pairs, unsampled])[2] == lines[2]  # the CPU of the pairs that have it on both sides
+
+
+def test_a_difference_is_shown_only_when_its_interval_leaves_out_one() -> None:
+    # pairs of the 2-core machine of 2026-12-02, one change: scattered on both sides of 1
+    scattered = [1.021, 0.96, 0.869, 1.009, 1.098, 0.976]
+    low, high = ratio_interval(scattered) or (0.0, 0.0)
+    assert low < 1.0 < high
+    assert verdict(scattered) == f"95 % interval {low:.3f}-{high:.3f}: not shown"
+    assert verdict([0.93, 0.95, 0.94, 0.96]).endswith(": shown")
+    assert verdict([1.08, 1.06, 1.07]).endswith(": shown")  # slower is shown as well
+    # all on one side is not enough when they scatter: 4 pairs below 1, but far apart
+    assert verdict([0.78, 0.99, 0.85, 0.98]).endswith(": not shown")
+    assert ratio_interval([0.9]) is None
+    assert verdict([0.9]) == "one pair: no interval"
+
+
+def test_the_interval_weighs_faster_and_slower_alike() -> None:
+    low, high = ratio_interval([0.9, 1 / 0.9]) or (0.0, 0.0)
+    assert abs(low * high - 1.0) < 1e-12  # centred on 1 on the ratio's log scale
 
 
 def test_the_side_that_runs_first_changes_every_pair() -> None:
