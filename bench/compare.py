@@ -13,7 +13,9 @@ Each run prints its median and mean round and the CPU a round took by kind of pr
 at the end come each side's means, NEW / BASE, the range of the pairs' ratios and the 95 % interval of the
 typical ratio (Student's t on the ratios' logarithms): a difference is "shown" only when that interval
 leaves out 1. On a 2-core machine single pairs of 300 rounds moved by 10 % either way (2026-12-02): the
-four pairs of one run all fell below 1 and said 0.91, and a run of six pairs of the same change 0.98.
+four pairs of one run all fell below 1 and said 0.91, and a run of six pairs of the same change 0.98; another
+change read 1.10 with four pairs all above 1, then 0.94 with six all below. The pairs of one run are not
+quite independent, so a change of the round under about 5 % needs several runs of 6 pairs or more there.
 
 Run: ``.venv/bin/python bench/compare.py BASE [NEW] [--pairs N] [--mb MB] [--rounds R] [--work-s S]``
 (NEW defaults to ``.``), e.g. ``bench/compare.py HEAD~1 --pairs 4 --rounds 1000``.
