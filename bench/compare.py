@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,7 +144,18 @@ def env_for(tree: Path) -> dict[str, str]:
 def _values(pairs: list[tuple[Measured, Measured]], figure: str) -> list[tuple[float, float]]:
     """``figure`` (``median_ms``, ``mean_ms`` or ``cpu_total_ms``) of BASE and NEW in each pair that has it
     on both sides (a run too short for its CPU to be sampled has none)."""
-    values = [(float(getattr(base, figure)), float(getattr(new, figure))) for base, new in pairs]
+    return _on_both_sides(pairs, lambda run: float(getattr(run, figure)))
+
+
+def _cpu_values(pairs: list[tuple[Measured, Measured]], kind: str) -> list[tuple[float, float]]:
+    """The CPU of ``kind`` of process in BASE and NEW in each pair that has it on both sides."""
+    return _on_both_sides(pairs, lambda run: run.cpu_ms.get(kind, 0.0))
+
+
+def _on_both_sides(
+    pairs: list[tuple[Measured, Measured]], value: Callable[[Measured], float]
+) -> list[tuple[float, float]]:
+    values = [(value(base), value(new)) for base, new in pairs]
     return [(base, new) for base, new in values if base > 0 and new > 0]
 
 
@@ -193,8 +205,7 @@ def summary(pairs: list[tuple[Measured, Measured]]) -> list[str]:
     for kind in kinds:
         base = statistics.mean(b.cpu_ms.get(kind, 0.0) for b, _ in pairs)
         new = statistics.mean(n.cpu_ms.get(kind, 0.0) for _, n in pairs)
-        both = [(b.cpu_ms.get(kind, 0.0), n.cpu_ms.get(kind, 0.0)) for b, n in pairs]
-        spread = [n / b for b, n in both if b > 0 and n > 0]
+        spread = [n / b for b, n in _cpu_values(pairs, kind)]
         shown = f" ({verdict(spread)})" if len(spread) > 1 else ""
         lines.append(f"{'CPU ' + kind:>16}: base {base:6.2f} ms, new {new:6.2f} ms{shown}")
     return lines
