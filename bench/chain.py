@@ -20,6 +20,7 @@ Run: ``.venv/bin/python bench/chain.py [--mb MB] [--rounds R] [--work-s S] [--sc
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import statistics
@@ -33,7 +34,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_parser, positive_int
-from bench.sched import SchedError, Slice, cpu_in, recording
+from bench.sched import SchedError, Slice, Timeline, recording
 from wire.workers import cores
 
 __all__ = [
@@ -99,6 +100,15 @@ def _requests(stamps: list[tuple[int, str]]) -> list[tuple[int, int]]:
     return spans
 
 
+def _between(stamps: list[tuple[int, str]], lo: int, hi: int) -> list[tuple[int, str]]:
+    """A node's stamps from ``lo`` to ``hi`` ns, both included (they are in time order)."""
+    return stamps[bisect.bisect_left(stamps, lo, key=_time) : bisect.bisect_right(stamps, hi, key=_time)]
+
+
+def _time(stamp: tuple[int, str]) -> int:
+    return stamp[0]
+
+
 @dataclass(frozen=True)
 class Round:
     """One round that went on early: every node's request (start, end ns), who led it, who asked last."""
@@ -137,7 +147,7 @@ def rounds(events: Events) -> list[Round]:
         leaders = [
             node
             for node, (start, end) in requests.items()
-            if any(label == "merge_early+" and start <= ns <= end for ns, label in events[node])
+            if any(label == "merge_early+" for _, label in _between(events[node], start, end))
         ]
         if len(leaders) == 1:
             last = max(requests, key=lambda node: requests[node][0])
@@ -148,7 +158,7 @@ def rounds(events: Events) -> list[Round]:
 def merged_at(events: Events, rnd: Round) -> int | None:
     """When the leader of ``rnd`` had its early merge (its ``merge_early-``), if it stamped one."""
     lo, hi = rnd.span
-    return next((ns for ns, label in events[rnd.leader] if label == "merge_early-" and lo <= ns <= hi), None)
+    return next((ns for ns, label in _between(events[rnd.leader], lo, hi) if label == "merge_early-"), None)
 
 
 def chain(events: Events) -> list[Stamp]:
@@ -173,10 +183,9 @@ def _add_stamps(events: Events, rnd: Round, found: defaultdict[tuple[str, str, s
         # a leader takes the rows and hands the merge over outside its own request
         lo, hi = (earliest, latest) if role == "leader" else (start, end)
         seen: Counter[str] = Counter()
-        for ns, label in events[node]:
-            if lo <= ns <= hi:
-                seen[label] += 1
-                found[(rnd.kind, role, f"{label}#{seen[label]}")].append((ns - rnd.zero) / 1e6)
+        for ns, label in _between(events[node], lo, hi):
+            seen[label] += 1
+            found[(rnd.kind, role, f"{label}#{seen[label]}")].append((ns - rnd.zero) / 1e6)
     first = min(end for _, end in rnd.requests.values())
     found[(rnd.kind, "all", "first program answered")].append((first - rnd.zero) / 1e6)
     found[(rnd.kind, "all", "last program answered")].append((latest - rnd.zero) / 1e6)
@@ -186,8 +195,8 @@ def report(stamps: list[Stamp]) -> str:
     """The stamps as one table per kind of round."""
     lines = []
     for kind in dict.fromkeys(s.kind for s in stamps):
-        rounds = next(s.rounds for s in stamps if s.kind == kind)
-        lines.append(f"rounds with the {kind} ({rounds}); ms from the last request reaching its SL:")
+        count = next(s.rounds for s in stamps if s.kind == kind)
+        lines.append(f"rounds with the {kind} ({count}); ms from the last request reaching its SL:")
         lines += [f"  {s.median_ms:8.2f}  {s.role:7s} {s.label}" for s in stamps if s.kind == kind]
     return "\n".join(lines)
 
@@ -227,6 +236,7 @@ def cpu_by_role(traced: Traced, own_pid: int) -> list[tuple[str, str, str, float
     sums: defaultdict[tuple[str, str, str], float] = defaultdict(float)
     kinds: Counter[str] = Counter()
     lo, hi = min(p.start for p in traced.slices), max(p.end for p in traced.slices)
+    timeline = Timeline(traced.slices)
     for rnd in rounds(traced.events):
         merged = merged_at(traced.events, rnd)
         if merged is None or not lo <= rnd.zero < rnd.span[1] <= hi:
@@ -236,7 +246,7 @@ def cpu_by_role(traced: Traced, own_pid: int) -> list[tuple[str, str, str, float
             ("to the merge", (rnd.zero, merged)),
             ("the hand-over", (merged, rnd.span[1])),
         ):
-            for pid, ms in cpu_in(traced.slices, start, end).items():
+            for pid, ms in timeline.cpu_in(start, end).items():
                 node = traced.pids.get(pid)
                 role = _process_role(rnd, node, comms.get(pid, ""), pid == own_pid)
                 sums[(rnd.kind, part, role)] += ms

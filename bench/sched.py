@@ -1,5 +1,5 @@
 """Which process had the cores when: ``perf sched`` records every context switch of the machine, and
-``cpu_in`` adds up, for a time window, how long each process ran in it.
+a ``Timeline`` of them adds up, for a time window, how long each process ran in it.
 
 ``perf sched record -k mono`` stamps with ``CLOCK_MONOTONIC``, the clock of ``time.monotonic_ns`` and of
 ``bench/chaintrace``'s stamps, so a window cut from those stamps can be laid over the switches. It needs
@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 import shutil
 import signal
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Slice", "SchedError", "cpu_in", "parse_timehist", "recording"]
+__all__ = ["SchedError", "Slice", "Timeline", "parse_timehist", "recording"]
 
 _LINE = re.compile(r"^\s*(\d+\.\d+)\s+\[\d+\]\s+(.+?)\[(\d+)(?:/(\d+))?\]\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s*$")
 
@@ -49,14 +50,24 @@ def parse_timehist(text: str) -> list[Slice]:
     return slices
 
 
-def cpu_in(slices: list[Slice], start: int, end: int) -> dict[int, float]:
-    """Milliseconds each process ran between ``start`` and ``end`` ns (on all cores together)."""
-    ran: dict[int, float] = {}
-    for piece in slices:
-        overlap = min(piece.end, end) - max(piece.start, start)
-        if overlap > 0:
-            ran[piece.pid] = ran.get(piece.pid, 0.0) + overlap / 1e6
-    return ran
+class Timeline:
+    """Run slices in the order they started, to find those of a window by bisection: a window's
+    slices started before its end and at most the longest slice's length before its start."""
+
+    def __init__(self, slices: list[Slice]) -> None:
+        self._slices = sorted(slices, key=lambda piece: piece.start)
+        self._starts = [piece.start for piece in self._slices]
+        self._longest = max((piece.end - piece.start for piece in self._slices), default=0)
+
+    def cpu_in(self, start: int, end: int) -> dict[int, float]:
+        """Milliseconds each process ran between ``start`` and ``end`` ns (on all cores together)."""
+        first = bisect.bisect_right(self._starts, start - self._longest)
+        ran: dict[int, float] = {}
+        for piece in self._slices[first : bisect.bisect_left(self._starts, end)]:
+            overlap = min(piece.end, end) - max(piece.start, start)
+            if overlap > 0:
+                ran[piece.pid] = ran.get(piece.pid, 0.0) + overlap / 1e6
+        return ran
 
 
 @contextmanager

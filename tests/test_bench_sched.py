@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import sched
-from bench.sched import SchedError, Slice, cpu_in, parse_timehist
+from bench.sched import SchedError, Slice, Timeline, parse_timehist
 
 TIMEHIST = """\
            time    cpu  task name                       wait time  sch delay   run time
@@ -34,8 +34,20 @@ def test_cpu_in_a_window_counts_only_the_overlap() -> None:
         Slice(5_000_000, 6_000_000, 2, "b"),
         Slice(20_000_000, 30_000_000, 1, "a"),
     ]
-    assert cpu_in(slices, 4_000_000, 25_000_000) == {1: 11.0, 2: 1.0}
-    assert cpu_in(slices, 11_000_000, 19_000_000) == {}
+    timeline = Timeline(slices)
+    assert timeline.cpu_in(4_000_000, 25_000_000) == {1: 11.0, 2: 1.0}
+    assert timeline.cpu_in(11_000_000, 19_000_000) == {}
+    assert timeline.cpu_in(10_000_000, 20_000_000) == {}  # slices that only touch it
+
+
+def test_a_window_finds_the_slices_that_began_long_before_it_in_any_order() -> None:
+    slices = [
+        Slice(30_000_000, 31_000_000, 3, "c"),
+        Slice(0, 100_000_000, 1, "a"),  # the longest: the window's slices started at most this long ago
+        Slice(40_000_000, 41_000_000, 2, "b"),
+    ]
+    assert Timeline(slices).cpu_in(35_000_000, 45_000_000) == {1: 10.0, 2: 1.0}
+    assert Timeline([]).cpu_in(0, 1) == {}
 
 
 def test_without_perf_recording_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
