@@ -314,15 +314,32 @@ class State:
 EMPTY_STATE = State()
 
 
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}  # per type: its dataclass fields, None if not one
+
+
 def to_plain(obj: Any) -> Any:
-    """Plain msgpack data for an entity: dataclasses and mappings as maps with sorted keys."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    """Plain msgpack data for an entity: dataclasses as maps in field order, mappings as maps with
+    sorted keys, sequences as lists."""
+    kind = type(obj)
+    if kind in _SCALARS:  # most of a state: checked first, by exact type (a state hash walks it all)
+        return obj
+    if kind is not dict and kind is not list and kind is not tuple:
+        names = _field_names(kind)
+        if names is not None:
+            return {name: to_plain(getattr(obj, name)) for name in names}
     if isinstance(obj, Mapping):
         return {str(k): to_plain(obj[k]) for k in sorted(obj, key=str)}
     if isinstance(obj, tuple | list):
         return [to_plain(item) for item in obj]
     return obj
+
+
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    if kind not in _FIELD_NAMES:
+        is_one = dataclasses.is_dataclass(kind)
+        _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind)) if is_one else None
+    return _FIELD_NAMES[kind]
 
 
 def state_hash(state: State) -> bytes:
