@@ -203,9 +203,13 @@ def summary(pairs: list[tuple[Measured, Measured]]) -> list[str]:
         )
     kinds = sorted({kind for b, n in pairs for kind in (*b.cpu_ms, *n.cpu_ms)})
     for kind in kinds:
-        base = statistics.mean(b.cpu_ms.get(kind, 0.0) for b, _ in pairs)
-        new = statistics.mean(n.cpu_ms.get(kind, 0.0) for _, n in pairs)
-        spread = [n / b for b, n in _cpu_values(pairs, kind)]
+        values = _cpu_values(pairs, kind)
+        if not values:  # a run too short to sample; a mean with its 0 in it would read as a change
+            lines.append(f"{'CPU ' + kind:>16}: {_NOT_SAMPLED}")
+            continue
+        base = statistics.mean(b for b, _ in values)
+        new = statistics.mean(n for _, n in values)
+        spread = [n / b for b, n in values]
         shown = f" ({verdict(spread)})" if len(spread) > 1 else ""
         lines.append(f"{'CPU ' + kind:>16}: base {base:6.2f} ms, new {new:6.2f} ms{shown}")
     return lines

@@ -76,6 +76,12 @@ def test_the_summary_gives_both_means_their_ratio_and_the_pairs_spread() -> None
     assert "          CPU SN: base   3.00 ms, new   3.00 ms (95 % interval 1.000-1.000: not shown)" in lines
     unsampled = (_measured("HEAD~1", 20.0, 30.0), Measured(".", 20.0, 21.0, {}))  # a run too short for it
     assert summary([*pairs, unsampled])[2] == lines[2]  # the CPU of the pairs that have it on both sides
+    assert summary([*pairs, unsampled])[3:] == lines[3:]  # and each kind's means leave that pair out
+
+
+def test_a_kind_of_process_no_pair_sampled_on_both_sides_says_so() -> None:
+    pairs = [(Measured("HEAD~1", 10.0, 11.0, {"SN": 3.0}), Measured(".", 9.0, 10.0, {}))]
+    assert "          CPU SN: not sampled (the run was too short)" in summary(pairs)
 
 
 def test_a_difference_is_shown_only_when_its_interval_leaves_out_one() -> None:
