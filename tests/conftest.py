@@ -22,6 +22,7 @@ from daemons.broker.mosquitto import find_mosquitto
 from daemons.broker.nats import NatsNode, NatsSettings, find_nats_server
 from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
+from tests.ports import restartable_port
 
 MakeBus = Callable[..., AbstractAsyncContextManager[Bus]]
 
@@ -73,7 +74,7 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ManagedBroke
 def fresh_mosquitto(tmp_path: Path) -> Iterator[ManagedBroker]:
     """A mosquitto of this test's own (for restart and kill tests)."""
     _require_mosquitto()
-    broker = ManagedBroker(BrokerSettings(tmp_path / "broker"), "mosquitto")
+    broker = ManagedBroker(BrokerSettings(tmp_path / "broker", port=restartable_port()), "mosquitto")
     broker.start()
     yield broker
     broker.stop()
@@ -167,10 +168,8 @@ def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) ->
 def start_sn(data_dir: Path, *, extra: list[str] | None = None, timeout: float = 30.0) -> RunningSN:
     """Start ``swarm sn --sentinel`` on a free port and wait for its ready line."""
     _require_mosquitto()
-    from daemons.broker import free_port
-
     extra = list(extra or [])
-    port = int(extra[extra.index("--sn-api-port") + 1]) if "--sn-api-port" in extra else free_port()
+    port = int(extra[extra.index("--sn-api-port") + 1]) if "--sn-api-port" in extra else restartable_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "sn.out"
     seen = log_path.stat().st_size if log_path.exists() else 0  # a restart appends: wait for its own line

@@ -286,9 +286,10 @@ async def test_a_list_of_brokers_that_all_refuse_fails_as_one_broker_does(networ
 async def test_a_bus_opened_before_its_broker_connects_once_the_broker_is_up(
     tmp_path: Path, network: str
 ) -> None:
-    from daemons.broker import BrokerSettings, free_port
+    from daemons.broker import BrokerSettings
+    from tests.ports import restartable_port
 
-    port = free_port()
+    port = restartable_port()  # nothing listens there for a while: no client connection may take it
     cfg = BusConfig(BrokerAddress("127.0.0.1", port), "swop-1", "swop", network=network, connect_timeout=30)
     broker = ManagedBroker(BrokerSettings(tmp_path / "broker", port=port), "mosquitto")
     bus = Bus(cfg)
