@@ -28,6 +28,7 @@ from daemons.identity import Identity, open_bus
 from daemons.ledger_client import LedgerClient, find_sn
 from daemons.revocations import follow_revocations
 from tests.conftest import RunningSN, eventually, start_sn
+from tests.ports import restartable_port
 from tests.swarm_helpers import start_sl
 from tests.test_ledger_machine import Sim
 
@@ -72,7 +73,8 @@ def test_the_acl_denies_revoked_identities_everything() -> None:
 @pytest.fixture
 def tls_broker(pki: Path, tmp_path: Path) -> Iterator[ManagedBroker]:
     sn = identity(pki, "sn-1")
-    settings = BrokerSettings(tmp_path / "broker", tls=BrokerTLS(sn.ca_file(), sn.cert, sn.key))
+    tls = BrokerTLS(sn.ca_file(), sn.cert, sn.key)
+    settings = BrokerSettings(tmp_path / "broker", port=restartable_port(), tls=tls)  # restarted below
     broker = ManagedBroker(settings, "mosquitto")
     broker.start()
     yield broker
