@@ -13,7 +13,11 @@ tested on the same 2,000 digits on both sides after the same number of merges (o
   on the ledger as ``swci`` does, 4 SL+ML pairs running ``bench/flower/fedbench/swarm_ml.py``
   (SwarmCallback, syncFrequency = the batches of a round, mean merge weighted by samples).
 
-Both clocks start before the first process starts and stop when the final model has been tested.
+- Alone: the same 4 programs with ``SWARM_LOOPBACK=true`` (no SN, no SLs, no merges), started together:
+  the floor under our wall time, which no swarm can go below on the machine; the Flower row's note gives
+  it as a share of Flower's time.
+
+All clocks start before the first process starts and stop when the final model has been tested.
 Run: ``.venv/bin/python bench/flower_compare.py [rounds] [local_epochs]``.
 """
 
@@ -206,6 +210,19 @@ def run_flower(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcom
 
 
 # ------------------------------------------------------------------------------------------ swarm
+def _program_env(results: Path, rounds: int, epochs: int) -> dict[str, Any]:
+    """What ``swarm_ml.py`` reads, under the swarm and alone alike (``DATA_DIR`` and ``PARTITION`` aside)."""
+    return {
+        "MNIST_PYT": EXAMPLE / "model" / "mnist_pyt.py",
+        "RESULT_DIR": results,
+        "ROUNDS": rounds,
+        "LOCAL_EPOCHS": epochs,
+        "BATCH_SIZE": BATCH_SIZE,
+        "MIN_PEERS": NODES,
+        "OMP_NUM_THREADS": 1,
+    }
+
+
 def _swarm_files(ws: Path, shards: list[Path], rounds: int, epochs: int) -> tuple[Path, Path]:
     results = ws / "swarm-results"
     results.mkdir()
@@ -217,16 +234,7 @@ def _swarm_files(ws: Path, shards: list[Path], rounds: int, epochs: int) -> tupl
         ws / "flower_compare.yaml",
         "flower_compare",
         program=SWARM_PROGRAM,
-        envvars={
-            "DATA_DIR": "data-and-scratch/app-data",
-            "MNIST_PYT": EXAMPLE / "model" / "mnist_pyt.py",
-            "RESULT_DIR": results,
-            "ROUNDS": rounds,
-            "LOCAL_EPOCHS": epochs,
-            "BATCH_SIZE": BATCH_SIZE,
-            "MIN_PEERS": NODES,
-            "OMP_NUM_THREADS": 1,
-        },
+        envvars={"DATA_DIR": "data-and-scratch/app-data", **_program_env(results, rounds, epochs)},
     )
     return profile, task
 
@@ -272,6 +280,30 @@ def run_swarm(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcome
     )
 
 
+# ------------------------------------------------------------------------------------------- alone
+def run_alone(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcome:
+    """The same 4 programs with ``SWARM_LOOPBACK=true``, started together: training without the swarm."""
+    results = ws / "alone-results"
+    results.mkdir()
+    common = {k: str(v) for k, v in _program_env(results, rounds, epochs).items()}
+    with Processes(ws / "alone-logs") as procs:
+        start = time.time()
+        for i, shard in enumerate(shards):
+            env = {**common, "SWARM_LOOPBACK": "true", "DATA_DIR": str(shard), "PARTITION": str(i)}
+            procs.start(f"alone{i}", [sys.executable, str(SWARM_PROGRAM)], env=env)
+        nodes = [
+            _wait_file(results / f"node{i}.json", procs, [f"alone{i}"], SWARM_TIMEOUT_S) for i in range(NODES)
+        ]
+    done = nodes[0]["round_done"]
+    return Outcome(
+        wall_s=nodes[0]["end"] - start,
+        round_s=(done[-1] - done[0]) / max(len(done) - 1, 1),
+        first_round_s=done[0] - start,
+        accuracy=float(nodes[0]["accuracy"]),
+        extra={},
+    )
+
+
 # ------------------------------------------------------------------------------------------- rows
 def _failed(exc: Exception) -> Outcome:
     """A side that did not finish: no numbers, and why."""
@@ -280,16 +312,19 @@ def _failed(exc: Exception) -> Outcome:
     return Outcome(nan, nan, nan, nan, {"error": why, "complete_s": nan})
 
 
-def rows_for(ours: Outcome, flower: Outcome, rounds: int, epochs: int) -> list[dict[str, Any]]:
-    """The comparison as table rows (ratio = ours / Flower's)."""
+def rows_for(
+    ours: Outcome, flower: Outcome, alone: Outcome, rounds: int, epochs: int
+) -> list[dict[str, Any]]:
+    """The comparison as table rows (ratio = ours / Flower's, and ours / the programs' alone)."""
     job = f"{NODES} nodes x {PER_NODE} digits, {rounds} rounds x {epochs} epoch{'s' if epochs > 1 else ''}"
     base = f"Flower {FLWR_VERSION} deployment engine, FedAvg"
     errors = "; ".join(
         f"{side} FAILED: {o.extra['error']}"
-        for side, o in (("ours", ours), ("Flower", flower))
+        for side, o in (("ours", ours), ("Flower", flower), ("alone", alone))
         if "error" in o.extra
     )
     prefix = f"{errors}; " if errors else ""
+    floor = alone.wall_s / flower.wall_s if flower.wall_s else float("nan")
     return [
         make_row(
             f"vs Flower: wall time to a tested final model ({job})", ours.wall_s, "s", base, flower.wall_s,
@@ -299,7 +334,18 @@ def rows_for(ours: Outcome, flower: Outcome, rounds: int, epochs: int) -> list[d
                 f"{flower.accuracy:.4f}) after {rounds} merges; first round done after "
                 f"{ours.first_round_s:.1f} s "
                 f"(Flower {flower.first_round_s:.1f} s); our taskrunner COMPLETE (all SLs exited) at "
-                f"{ours.extra['complete_s']:.1f} s"
+                f"{ours.extra['complete_s']:.1f} s; the same programs alone took {alone.wall_s:.1f} s, "
+                f"{floor:.3f} of Flower's: no swarm can go below that ratio on this machine"
+            ),
+        ),
+        make_row(
+            f"vs the same programs alone: wall time to a tested final model ({job})", ours.wall_s, "s",
+            "the same 4 programs with SWARM_LOOPBACK=true, started together", alone.wall_s,
+            note=(
+                f"{prefix}what the swarm adds to the programs' own time: the SN, SWOP and SLs starting "
+                f"before the programs, {rounds} merges; a round {ours.round_s:.2f} s against "
+                f"{alone.round_s:.2f} s alone; alone, without merges, node 0's model tests "
+                f"{alone.accuracy:.4f} (the swarm's {ours.accuracy:.4f})"
             ),
         ),
         make_row(
@@ -324,22 +370,22 @@ def rows_for(ours: Outcome, flower: Outcome, rounds: int, epochs: int) -> list[d
 
 
 def run(rounds: int = ROUNDS, epochs: int = LOCAL_EPOCHS) -> list[dict[str, Any]]:
-    """Run both sides one after the other (Flower first) and compare; a side that fails is reported."""
+    """Run the sides one after the other (Flower, ours, alone) and compare; a side that fails is reported."""
     ws = BENCH / "results" / "flower_compare.tmp"
     shutil.rmtree(ws, ignore_errors=True)
     ws.mkdir(parents=True)
     shards = write_shards(ws)
     outcomes = []
-    for side in (run_flower, run_swarm):
+    for side in (run_flower, run_swarm, run_alone):
         try:
             outcomes.append(side(ws, shards, rounds, epochs))
         except Exception as exc:
             traceback.print_exc()
             outcomes.append(_failed(exc))
-    flower, ours = outcomes
-    if "error" not in flower.extra and "error" not in ours.extra:
+    flower, ours, alone = outcomes
+    if not any("error" in o.extra for o in outcomes):
         shutil.rmtree(ws, ignore_errors=True)  # kept, with every log, when a side failed
-    return rows_for(ours, flower, rounds, epochs)
+    return rows_for(ours, flower, alone, rounds, epochs)
 
 
 def main() -> None:
