@@ -269,14 +269,19 @@ def run_swarm(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcome
         status, complete = asyncio.run(_submit(port, task_file))
     if status["state"] != "COMPLETE":
         raise RuntimeError(f"the swarm task ended {status['state']}: {status.get('error')}")
-    nodes = [json.loads((ws / "swarm-results" / f"node{i}.json").read_text()) for i in range(NODES)]
-    done = nodes[0]["round_done"]
+    node0 = json.loads((ws / "swarm-results" / "node0.json").read_text())
+    return _program_outcome(node0, start, {"complete_s": complete - start})
+
+
+def _program_outcome(node0: dict[str, Any], start: float, extra: dict[str, Any]) -> Outcome:
+    """A side run by ``swarm_ml.py``, from the result of node 0 (which tests the final model)."""
+    done = node0["round_done"]  # after each round
     return Outcome(
-        wall_s=nodes[0]["end"] - start,
+        wall_s=node0["end"] - start,
         round_s=(done[-1] - done[0]) / max(len(done) - 1, 1),
         first_round_s=done[0] - start,
-        accuracy=float(nodes[0]["accuracy"]),
-        extra={"complete_s": complete - start},
+        accuracy=float(node0["accuracy"]),
+        extra=extra,
     )
 
 
@@ -294,14 +299,7 @@ def run_alone(ws: Path, shards: list[Path], rounds: int, epochs: int) -> Outcome
         nodes = [
             _wait_file(results / f"node{i}.json", procs, [f"alone{i}"], SWARM_TIMEOUT_S) for i in range(NODES)
         ]
-    done = nodes[0]["round_done"]
-    return Outcome(
-        wall_s=nodes[0]["end"] - start,
-        round_s=(done[-1] - done[0]) / max(len(done) - 1, 1),
-        first_round_s=done[0] - start,
-        accuracy=float(nodes[0]["accuracy"]),
-        extra={},
-    )
+    return _program_outcome(nodes[0], start, {})
 
 
 # ------------------------------------------------------------------------------------------- rows
