@@ -5,6 +5,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
+from tests import ports
 from tests.ports import _ephemeral_low, restartable_port
 
 
@@ -26,3 +29,9 @@ def test_an_unreadable_port_range_falls_back_to_the_linux_default(tmp_path: Path
     assert _ephemeral_low(tmp_path / "missing") == 32_768
     (tmp_path / "range").write_text("40000\t60999\n")
     assert _ephemeral_low(tmp_path / "range") == 40_000
+
+
+def test_without_room_below_the_ephemeral_range_the_kernel_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "_worker_slice", lambda: range(0))
+    port = restartable_port()
+    assert 0 < port < 65_536
