@@ -16,6 +16,8 @@ import os
 import socket
 from pathlib import Path
 
+from daemons.broker import free_port
+
 __all__ = ["restartable_port"]
 
 _FLOOR = 10_000  # well above the ports of system services
@@ -64,6 +66,4 @@ def restartable_port(host: str = "127.0.0.1") -> int:
         port = next(_ports_in_turn())
         if _is_free(host, port):
             return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_port(host)

@@ -12,9 +12,9 @@ from tests.ports import _ephemeral_low, restartable_port
 
 
 def test_restartable_ports_lie_below_the_ephemeral_range_and_come_in_turn() -> None:
-    ports = [restartable_port() for _ in range(50)]
-    assert len(set(ports)) == 50
-    assert all(10_000 <= port < _ephemeral_low() for port in ports)
+    picked = [restartable_port() for _ in range(50)]
+    assert len(set(picked)) == 50
+    assert all(10_000 <= port < _ephemeral_low() for port in picked)
 
 
 def test_a_port_in_use_is_passed_over() -> None:
