@@ -38,6 +38,16 @@ def test_anything_else_is_left_to_pip() -> None:
     assert missing_requirements(others) == others
 
 
+def test_pip_options_go_with_what_is_missing_and_alone_need_no_pip() -> None:
+    index = "--index-url https://example.invalid/simple"
+    assert missing_requirements([index, "numpy", "--pre"]) == []  # pip would refuse options alone
+    assert missing_requirements([index, "numpy", "no-such-package-for-open-swarm"]) == [
+        index,
+        "no-such-package-for-open-swarm",
+    ]
+    assert missing_requirements(["--pre", "-r requirements.txt"]) == ["--pre", "-r requirements.txt"]
+
+
 async def test_an_environment_of_installed_requirements_is_ready_without_pip(tmp_path: Path) -> None:
     log = tmp_path / "build.log"
     result = await build_env(tmp_path / "env", ["numpy", "torch"], log)

@@ -139,10 +139,20 @@ def _satisfied(requirement: str, paths: list[str]) -> bool:
     return found is not None and req.specifier.contains(found.version, prereleases=True)
 
 
+def _names_something(line: str) -> bool:
+    """Whether a line of requirements (``container_build_plan``'s) names what to install: a requirement, a
+    path, a URL, ``-r file``, ``-e path``; not an option such as ``--index-url URL`` or ``--pre``."""
+    word = line.split(maxsplit=1)[0] if line.strip() else ""
+    return not word.startswith("-") or word in ("-r", "-e")
+
+
 def missing_requirements(requirements: list[str]) -> list[str]:
-    """The ``requirements`` that a new environment on top of this installation does not meet already."""
+    """What pip still has to see of ``requirements``: those a new environment on top of this installation
+    does not meet already, with the options among them; nothing when no line left names something to
+    install (pip refuses options alone)."""
     paths = _base_paths()
-    return [r for r in requirements if not _satisfied(r, paths)]
+    missing = [r for r in requirements if not _satisfied(r, paths)]
+    return missing if any(_names_something(r) for r in missing) else []
 
 
 async def _note_skipped(requirements: list[str], log_path: Path) -> None:
