@@ -126,7 +126,8 @@ def _base_paths() -> list[str]:
 
 def _satisfied(requirement: str, paths: list[str]) -> bool:
     """Whether ``requirement`` is a named requirement (PEP 508) that a distribution in ``paths`` meets.
-    Whatever else pip may be given (an option, a file, a URL, extras) counts as not met: pip decides."""
+    Whatever else pip may be given (an option, a file, a URL, extras) counts as not met: pip decides.
+    The distribution's own dependencies are taken as met: pip installed them with it."""
     try:
         req = Requirement(requirement)
     except InvalidRequirement:
