@@ -54,6 +54,14 @@ async def test_an_environment_of_installed_requirements_is_ready_without_pip(tmp
     assert result.ok, result.description
     assert "-m pip" not in log.read_text()
     assert "# installed already, pip not run for: numpy torch" in log.read_text()
+
+
+async def test_the_log_names_only_the_requirements_it_did_not_install(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    result = await build_env(tmp_path / "env", ["--pre", "numpy"], log)
+    assert result.ok, result.description
+    assert "-m pip" not in log.read_text()
+    assert "# installed already, pip not run for: numpy\n" in log.read_text()
     python = tmp_path / "env" / "bin" / "python"
     done = subprocess.run(
         [str(python), "-c", "import numpy, torch"], check=False, capture_output=True, text=True

@@ -156,12 +156,10 @@ def missing_requirements(requirements: list[str]) -> list[str]:
     return missing if any(_names_something(r) for r in missing) else []
 
 
-async def _note_skipped(requirements: list[str], log_path: Path) -> None:
-    def write() -> None:
-        with log_path.open("a") as log:
-            log.write(f"# installed already, pip not run for: {' '.join(requirements)}\n")
-
-    await asyncio.to_thread(write)
+def _note_installed(requirements: list[str], log_path: Path) -> None:
+    """Say in the build's log which requirements pip is not run for (a line, as ``_run`` writes its own)."""
+    with log_path.open("a") as log:
+        log.write(f"# installed already, pip not run for: {' '.join(requirements)}\n")
 
 
 def _constraints(env_dir: Path) -> list[str]:
@@ -197,8 +195,9 @@ async def build_env(
     pip = [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
            "--disable-pip-version-check", "-q", *_constraints(env_dir)]  # fmt: skip
     missing = await asyncio.to_thread(missing_requirements, requirements)
-    if len(missing) < len(requirements):
-        await _note_skipped([r for r in requirements if r not in missing], log_path)
+    met = [r for r in requirements if r not in missing and _names_something(r)]  # not the options
+    if met:
+        _note_installed(met, log_path)
     for requirement in (r for r in check if r in missing):  # one at a time: a missing release is a note
         code, tail = await _run([*pip, requirement], log_path, cwd)
         if code != 0:
