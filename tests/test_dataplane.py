@@ -26,7 +26,7 @@ from daemons.sl.dataplane import (
 )
 from wire import CodecError
 from wire.frames import encode_frame_head, header_length
-from wire.tensors import FlatState, Manifest, make_manifest
+from wire.tensors import XXH3, FlatState, Manifest, make_manifest
 
 
 def _holder() -> StateHolder:
@@ -168,6 +168,34 @@ async def test_with_certificates_only_the_swarms_nodes_get_models(tmp_path: Path
             for c in (member, stranger, plain):
                 await c.close()
     assert proved == ["sl-2"]  # the check sees the CN the member proved, not only the uid it claims
+
+
+async def test_a_node_with_certificates_refuses_a_model_checksummed_with_xxh3(tmp_path: Path) -> None:
+    """XXH3 is for swarms without certificates: one node that has them takes only the hash its signed
+    digests rest on, and names the one it refused; a node without them pulls the same model."""
+    init_swarm(tmp_path, sl=2)
+    ca = tmp_path / "ca" / "ca-cert.pem"
+    holder = _holder()
+    flat = _model()
+    manifest = make_manifest(flat, "held", chunk_size=64 << 10, hash=XXH3)
+    holder.keep(flat, manifest)
+    tls = server_context(tmp_path / "sl-1-cert.pem", tmp_path / "sl-1-key.pem", ca)
+    client_tls = client_context(
+        tmp_path / "sl-2-cert.pem", tmp_path / "sl-2-key.pem", ca, check_hostname=False
+    )
+    async with (
+        DataPlaneServer(holder, "127.0.0.1", tls=tls) as signed,
+        DataPlaneServer(holder, "127.0.0.1") as plain,
+    ):
+        member, other = DataPlaneClient("sl-2", tls=client_tls), DataPlaneClient("sl-3")
+        try:
+            with pytest.raises(TransferError, match="hashed with xxh3-128, which is not cryptographic"):
+                await member.fetch(signed.endpoint("127.0.0.1"), manifest.digest)
+            got, got_manifest = await other.fetch(plain.endpoint("127.0.0.1"), manifest.digest)
+            assert np.array_equal(got.buffer, flat.buffer) and got_manifest.hash == XXH3
+        finally:
+            await member.close()
+            await other.close()
 
 
 async def test_a_merged_model_is_sent_as_soon_as_the_leader_announces_it() -> None:

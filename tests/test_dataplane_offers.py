@@ -29,7 +29,7 @@ from daemons.sl.dataplane import (
 from daemons.sl.rounds import RoundEngine, RoundResult, _closed_before, _Part
 from wire import CodecError
 from wire.frames import encode_frame_head, header_length
-from wire.tensors import FlatState, Manifest, make_manifest
+from wire.tensors import SIGNED_HASHES, XXH3, FlatState, Manifest, make_manifest
 
 
 def _holder() -> StateHolder:
@@ -135,6 +135,16 @@ def test_an_offer_head_decodes_and_a_lying_one_is_refused() -> None:
     assert request.offer.digest == manifest.digest and request.digest is None
     with pytest.raises(CodecError, match="over 1000"):
         decode_request(frame[4 : 4 + header_length(frame[:4])], max_offer=1000)
+
+
+def test_where_weights_are_signed_an_offer_checksummed_with_xxh3_is_refused() -> None:
+    flat, _ = _model(10)
+    frame = encode_offer(make_manifest(flat, "held", chunk_size=64 << 10, hash=XXH3), "sl-2")
+    head = frame[4 : 4 + header_length(frame[:4])]
+    with pytest.raises(CodecError, match="data plane offer: its chunks are hashed with xxh3-128"):
+        decode_request(head, hashes=SIGNED_HASHES)
+    offer = decode_request(head).offer
+    assert offer is not None and offer.hash == XXH3
 
 
 async def test_an_early_merge_waits_for_every_predicted_row_of_its_round_and_gives_up_on_a_broken_one() -> (

@@ -14,14 +14,20 @@ from hypothesis import strategies as st
 from wire import CodecError
 from wire.tensors import (
     ALIGN,
+    BLAKE3,
+    HASHES,
+    SIGNED_HASHES,
+    XXH3,
     FlatState,
     Reassembler,
+    accepted_hashes,
     chunk_digest,
     decode_chunk,
     iter_chunks,
     make_manifest,
     manifest_from_body,
     specs_from_wire,
+    weights_hash,
 )
 
 CHUNK = 1 << 16
@@ -92,6 +98,61 @@ def test_chunks_are_hashed_with_blake3_as_the_protocol_says() -> None:
     raw = flat.buffer.tobytes()
     manifest = make_manifest(flat, "t", chunk_size=CHUNK)
     assert list(manifest.chunks) == [chunk_digest(raw[i : i + CHUNK]) for i in range(0, len(raw), CHUNK)]
+
+
+def test_where_nothing_is_signed_chunks_are_checksummed_with_xxh3_and_the_digest_says_so() -> None:
+    assert weights_hash(signed=True) == BLAKE3 and weights_hash(signed=False) == XXH3
+    assert (
+        accepted_hashes(signed=True) == SIGNED_HASHES == (BLAKE3,) and accepted_hashes(signed=False) == HASHES
+    )
+    # XXH3_128bits of "abc" with seed 0, in its canonical (big-endian) form
+    assert chunk_digest(b"abc", XXH3).hex() == "06b05ab6733a618578af5f94892f3950"
+    flat = flat_of(sample_state(np.random.default_rng(8)))
+    manifest = make_manifest(flat, "t1", chunk_size=CHUNK, hash=XXH3)
+    raw = flat.buffer.tobytes()
+    assert list(manifest.chunks) == [
+        chunk_digest(raw[i : i + CHUNK], XXH3) for i in range(0, len(raw), CHUNK)
+    ]
+    assert manifest.body()["hash"] == XXH3 and "hash" not in make_manifest(flat, "t1").body()
+    # the digest commits to the hash: the same weights under BLAKE3 have another one
+    assert manifest.digest != make_manifest(flat, "t1", chunk_size=CHUNK).digest
+    r = Reassembler("t1")
+    r.set_manifest(manifest_from_body(manifest.body()))
+    for chunk in iter_chunks(flat, manifest):
+        r.add_chunk(chunk)
+    assert np.array_equal(r.finish().buffer, flat.buffer)
+    with pytest.raises(ValueError, match="no chunk hash 'md5'"):
+        make_manifest(flat, "t1", hash="md5")
+
+
+def test_a_manifest_checksummed_with_xxh3_is_refused_where_weights_are_signed() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(9)))
+    body = make_manifest(flat, "t1", chunk_size=CHUNK, hash=XXH3).body()
+    with pytest.raises(
+        CodecError,
+        match="hashed with xxh3-128, which is not cryptographic; a node with certificates takes blake3 only",
+    ):
+        manifest_from_body(body, what="manifest from sl-2", hashes=SIGNED_HASHES)
+    assert manifest_from_body(make_manifest(flat, "t1").body(), hashes=SIGNED_HASHES).hash == BLAKE3
+    with pytest.raises(CodecError, match="'hash' must be one of blake3, xxh3-128, got 'md5'"):
+        manifest_from_body({**body, "hash": "md5"})
+    # BLAKE3's digests named XXH3 (a hash said to be another) do not pass for it
+    with pytest.raises(CodecError, match="chunk digests must be 16-byte xxh3-128 values"):
+        manifest_from_body({**make_manifest(flat, "t1", chunk_size=CHUNK).body(), "hash": XXH3})
+
+
+def test_a_corrupt_chunk_is_named_under_xxh3_too() -> None:
+    flat = flat_of(sample_state(np.random.default_rng(10)))
+    manifest = make_manifest(flat, "t1", chunk_size=CHUNK, hash=XXH3)
+    chunks = list(iter_chunks(flat, manifest))
+    header, data = split(chunks[1])
+    chunks[1] = join(header, bytes([data[0] ^ 1]) + data[1:])
+    r = Reassembler("t1")
+    r.set_manifest(manifest_from_body(manifest.body()))
+    for chunk in chunks:
+        r.add_chunk(chunk)
+    with pytest.raises(CodecError, match="chunks 1 are corrupt"):
+        r.finish()
 
 
 def test_chunks_in_any_order_with_duplicates_and_manifest_last() -> None:

@@ -1,9 +1,16 @@
 """Tensor transport: a state dict as one flat buffer, cut into chunks, described by a manifest.
 
 Layout: every tensor lies in one contiguous uint8 buffer at a 64-byte aligned offset. Chunks are
-``chunk_size`` slices of that buffer. The manifest lists the tensors, the BLAKE3 hash of every chunk
-(2.5x faster than SHA-256 on one core: 10 against 25 ms for 45 MB here) and the model digest (SHA-256
-over tensors, chunk size, total and chunk digests), which is what the ledger records.
+``chunk_size`` slices of that buffer. The manifest lists the tensors, the hash of every chunk and the
+model digest (SHA-256 over tensors, chunk size, total and chunk digests, and the hash's name unless it is
+BLAKE3), which is what the ledger records.
+
+Two chunk hashes (``weights_hash``): BLAKE3 where weights are signed, that is wherever the swarm has
+certificates (2.5x faster than SHA-256 on one core: 10 against 25 ms for 45 MB here); XXH3-128 where
+nothing is signed, a checksum against torn, stale or corrupt copies 11x faster than BLAKE3 (0.09 against
+1.0 ms for 1.6 MB). Without signatures a peer can claim any digest for any model, so a cryptographic hash
+would add nothing there; with them, a non-cryptographic one would let a forger keep a signed digest, so a
+node with certificates takes BLAKE3 only (``manifest_from_body``'s ``hashes``).
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ import math
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 from blake3 import blake3
+from xxhash import xxh3_128
 
 from wire.errors import CodecError
 from wire.limits import packb, unpackb
@@ -24,6 +33,11 @@ from wire.workers import run_split, threads_for
 
 __all__ = [
     "ALIGN",
+    "BLAKE3",
+    "HASHES",
+    "SIGNED_HASHES",
+    "XXH3",
+    "accepted_hashes",
     "DEFAULT_CHUNK_SIZE",
     "DTYPES",
     "MAX_CHUNK_SIZE",
@@ -47,6 +61,7 @@ __all__ = [
     "spec_from_wire",
     "specs_from_wire",
     "storage_dtype",
+    "weights_hash",
 ]
 
 ALIGN = 64
@@ -55,7 +70,11 @@ DEFAULT_CHUNK_SIZE = 2 << 20
 MAX_CHUNK_SIZE = 4 << 20
 MAX_STATE_BYTES = 16 << 30
 MAX_TENSORS = 100_000
-_DIGEST_BYTES = 32
+BLAKE3 = "blake3"
+XXH3 = "xxh3-128"
+HASHES = (BLAKE3, XXH3)
+SIGNED_HASHES = (BLAKE3,)  # what a node with certificates takes: the hashes that signatures can rest on
+_DIGEST_BYTES = {BLAKE3: 32, XXH3: 16}
 _CHUNK_HEADER = struct.Struct("!H")
 _MAX_CHUNK_HEADER = 1024
 
@@ -181,6 +200,7 @@ class Manifest:
     chunks: tuple[bytes, ...]
     digest: bytes
     meta: dict[str, Any] = field(default_factory=dict)
+    hash: str = BLAKE3  # of the chunks (``HASHES``)
 
     @property
     def n_chunks(self) -> int:
@@ -197,35 +217,52 @@ class Manifest:
             "chunks": list(self.chunks),
             "digest": self.digest,
             "meta": self.meta,
+            **({} if self.hash == BLAKE3 else {"hash": self.hash}),  # BLAKE3's wire form as it always was
         }
 
 
+def weights_hash(signed: bool) -> str:
+    """The chunk hash a node uses for the models it describes: BLAKE3 when it signs (has certificates),
+    XXH3-128 when nothing is signed."""
+    return BLAKE3 if signed else XXH3
+
+
+def accepted_hashes(signed: bool) -> tuple[str, ...]:
+    """The chunk hashes a node takes in the manifests it receives: with certificates (``signed``) those
+    its signed digests can rest on, ``SIGNED_HASHES``; without, any of ``HASHES``."""
+    return SIGNED_HASHES if signed else HASHES
+
+
 def _model_digest(
-    tensors: Sequence[TensorSpec], chunk_size: int, total: int, chunks: Sequence[bytes]
+    tensors: Sequence[TensorSpec], chunk_size: int, total: int, chunks: Sequence[bytes], hash: str
 ) -> bytes:
-    payload = packb([[s.as_list() for s in tensors], chunk_size, total, list(chunks)])
-    return hashlib.sha256(payload).digest()
+    described: list[Any] = [[s.as_list() for s in tensors], chunk_size, total, list(chunks)]
+    if hash != BLAKE3:  # the digest commits to the hash; BLAKE3's digests stay what they always were
+        described.append(hash)
+    return hashlib.sha256(packb(described)).digest()
 
 
 def _chunk_count(total: int, chunk_size: int) -> int:
     return max(1, math.ceil(total / chunk_size))
 
 
-def chunk_digest(chunk: bytes | memoryview) -> bytes:
-    """The 32-byte BLAKE3 hash of one chunk (the GIL is released while it hashes)."""
+def chunk_digest(chunk: bytes | memoryview, hash: str = BLAKE3) -> bytes:
+    """The hash of one chunk: 32 bytes of BLAKE3 or 16 of XXH3-128 (the GIL is released while it hashes)."""
+    if hash == XXH3:
+        return xxh3_128(chunk).digest()
     return blake3(chunk).digest()
 
 
-def chunk_digests(buffer: np.ndarray, chunk_size: int) -> list[bytes]:
+def chunk_digests(buffer: np.ndarray, chunk_size: int, hash: str = BLAKE3) -> list[bytes]:
     """``chunk_digest`` of every chunk, hashed on a thread per core for a big buffer (``wire.workers``)."""
     view = buffer.data.cast("B")
     n = _chunk_count(len(view), chunk_size)
     parts = [view[i * chunk_size : (i + 1) * chunk_size] for i in range(n)]
-    return run_split(_digests, parts, threads_for(len(view)))
+    return run_split(partial(_digests, hash=hash), parts, threads_for(len(view)))
 
 
-def _digests(parts: Sequence[memoryview]) -> list[bytes]:
-    return [chunk_digest(part) for part in parts]
+def _digests(parts: Sequence[memoryview], hash: str) -> list[bytes]:
+    return [chunk_digest(part, hash) for part in parts]
 
 
 def make_manifest(
@@ -234,12 +271,16 @@ def make_manifest(
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     meta: dict[str, Any] | None = None,
+    hash: str = BLAKE3,
 ) -> Manifest:
-    """Hash ``flat`` chunk by chunk and describe it. CPU-heavy: call it off the event loop."""
+    """Hash ``flat`` chunk by chunk with ``hash`` (``HASHES``) and describe it. CPU-heavy: call it off the
+    event loop."""
     _check_chunk_size(chunk_size)
-    chunks = tuple(chunk_digests(flat.buffer, chunk_size))
-    digest = _model_digest(flat.specs, chunk_size, flat.total, chunks)
-    return Manifest(transfer, flat.total, chunk_size, flat.specs, chunks, digest, meta or {})
+    if hash not in HASHES:
+        raise ValueError(f"no chunk hash {hash!r}: one of {', '.join(HASHES)}")
+    chunks = tuple(chunk_digests(flat.buffer, chunk_size, hash))
+    digest = _model_digest(flat.specs, chunk_size, flat.total, chunks, hash)
+    return Manifest(transfer, flat.total, chunk_size, flat.specs, chunks, digest, meta or {}, hash)
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -368,14 +409,18 @@ def check_layout(specs: Sequence[TensorSpec], total: int, what: str) -> None:
         end = spec.offset + spec.nbytes
 
 
-def manifest_from_body(body: dict[str, Any], *, what: str = "manifest") -> Manifest:
-    """Validate a manifest body (from a verified envelope) and build the Manifest."""
+def manifest_from_body(
+    body: dict[str, Any], *, what: str = "manifest", hashes: Sequence[str] = HASHES
+) -> Manifest:
+    """Validate a manifest body (from a verified envelope) and build the Manifest. ``hashes``: the chunk
+    hashes taken (``SIGNED_HASHES`` where weights are signed)."""
     try:
         transfer, total, chunk_size = body["transfer"], body["total"], body["chunk_size"]
         tensors, chunks, digest = body["tensors"], body["chunks"], body["digest"]
         meta = body.get("meta") or {}
     except KeyError as exc:
         raise CodecError(f"{what}: field {exc.args[0]!r} is missing") from None
+    hash = _hash_of(body, hashes, what)
     if not isinstance(transfer, str) or not transfer:
         raise CodecError(f"{what}: 'transfer' must be a non-empty string")
     if not isinstance(total, int) or not 0 <= total <= MAX_STATE_BYTES:
@@ -386,14 +431,28 @@ def manifest_from_body(body: dict[str, Any], *, what: str = "manifest") -> Manif
     specs = specs_from_wire(tensors, total, what)
     if not isinstance(chunks, list) or len(chunks) != _chunk_count(total, chunk_size):
         raise CodecError(f"{what}: expected {_chunk_count(total, chunk_size)} chunk digests")
-    if not all(isinstance(c, bytes) and len(c) == _DIGEST_BYTES for c in chunks):
-        raise CodecError(f"{what}: chunk digests must be {_DIGEST_BYTES}-byte SHA-256 values")
+    size = _DIGEST_BYTES[hash]
+    if not all(isinstance(c, bytes) and len(c) == size for c in chunks):
+        raise CodecError(f"{what}: chunk digests must be {size}-byte {hash} values")
     if not isinstance(meta, dict):
         raise CodecError(f"{what}: 'meta' must be a map")
-    expected = _model_digest(specs, chunk_size, total, chunks)
+    expected = _model_digest(specs, chunk_size, total, chunks, hash)
     if digest != expected:
         raise CodecError(f"{what}: model digest does not match its tensors and chunk digests")
-    return Manifest(transfer, total, chunk_size, specs, tuple(chunks), digest, meta)
+    return Manifest(transfer, total, chunk_size, specs, tuple(chunks), digest, meta, hash)
+
+
+def _hash_of(body: dict[str, Any], hashes: Sequence[str], what: str) -> str:
+    """The manifest's chunk hash (BLAKE3 when it names none), if it is one of ``hashes``."""
+    hash = body.get("hash", BLAKE3)
+    if hash not in HASHES:
+        raise CodecError(f"{what}: 'hash' must be one of {', '.join(HASHES)}, got {hash!r}")
+    if hash not in hashes:
+        raise CodecError(
+            f"{what}: its chunks are hashed with {hash}, which is not cryptographic; a node with "
+            f"certificates takes {', '.join(hashes)} only (the hash its signed digests rest on)"
+        )
+    return str(hash)
 
 
 class Reassembler:
@@ -479,7 +538,7 @@ class Reassembler:
         short = [i for i, n in self._received.items() if n != sizes[i]]
         if short:
             raise CodecError(f"transfer {self.transfer}: chunks {_ranges(short)} have wrong sizes")
-        digests = chunk_digests(buffer, manifest.chunk_size)
+        digests = chunk_digests(buffer, manifest.chunk_size, manifest.hash)
         corrupt = [i for i, d in enumerate(digests) if d != manifest.chunks[i]]
         if corrupt:
             raise CodecError(f"transfer {self.transfer}: chunks {_ranges(corrupt)} are corrupt")

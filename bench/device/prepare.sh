@@ -25,7 +25,8 @@ grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/ex
 
 # what the GPU machine lacks, at the versions this project's .venv runs (so they never drift apart)
 missing="aiomqtt paho-mqtt prompt_toolkit wcwidth cryptography cffi pycparser pydantic pydantic_core
-  annotated-types typing-inspection blake3 nats-py psutil starlette uvicorn pytest-asyncio pytest-timeout"
+  annotated-types typing-inspection blake3 xxhash packaging nats-py psutil starlette uvicorn pytest-asyncio
+  pytest-timeout"
 pinned=$("$venv/python" -c 'import sys
 from importlib.metadata import version
 print(" ".join(f"{name}=={version(name)}" for name in sys.argv[1:]))' $missing)

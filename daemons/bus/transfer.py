@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections import OrderedDict
@@ -26,10 +27,12 @@ from daemons.bus.rpc import Request, RpcError
 from daemons.bus.session import Bus, Message, Subscription
 from wire import CodecError
 from wire.tensors import (
+    BLAKE3,
     MAX_STATE_BYTES,
     FlatState,
     Manifest,
     Reassembler,
+    accepted_hashes,
     encode_chunk,
     make_manifest,
     manifest_from_body,
@@ -65,8 +68,9 @@ _ResultKey = tuple[str, int, tuple[str, ...] | None]  # contract, round, partici
 class StateHolder:
     """States this node can serve to others, by digest (a small LRU)."""
 
-    def __init__(self, bus: Bus, *, capacity: int = 4) -> None:
+    def __init__(self, bus: Bus, *, capacity: int = 4, hash: str = BLAKE3) -> None:
         self._bus = bus
+        self.hash = hash  # the chunk hash of the models it describes (``wire.tensors.weights_hash``)
         self._held: OrderedDict[bytes, _Held] = OrderedDict()
         self._capacity = capacity
         self._pinned: set[bytes] = set()
@@ -107,7 +111,9 @@ class StateHolder:
 
     async def add(self, flat: FlatState, *, meta: dict[str, Any] | None = None) -> Manifest:
         """Hash ``flat`` (off the event loop unless it is small) and keep it servable; its manifest."""
-        manifest = await off_loop_if_large(flat.total, partial(make_manifest, flat, "held", meta=meta))
+        manifest = await off_loop_if_large(
+            flat.total, partial(make_manifest, flat, "held", meta=meta, hash=self.hash)
+        )
         self.keep(flat, manifest)
         return manifest
 
@@ -152,15 +158,7 @@ class StateHolder:
             not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < n for i in indices)
         ):
             raise RpcError("bad-request", f"'chunks' must be a list of indices below {n}")
-        manifest = Manifest(
-            transfer,
-            held.manifest.total,
-            held.manifest.chunk_size,
-            held.manifest.tensors,
-            held.manifest.chunks,
-            held.manifest.digest,
-            held.manifest.meta,
-        )
+        manifest = dataclasses.replace(held.manifest, transfer=transfer)
         self._bus.spawn(publish_state(self._bus, held.flat, manifest, indices), f"publish {transfer}")
         self.served.setdefault(digest, set()).add(request.sender)
         return {"total": manifest.total, "chunks": n}
@@ -268,7 +266,10 @@ def _take(bus: Bus, message: Message, reassembler: Reassembler) -> None:
             reassembler.add_chunk(message.payload)
         else:
             env = bus.open(message)
-            reassembler.set_manifest(manifest_from_body(env.body, what=f"manifest from {env.sender}"))
+            manifest = manifest_from_body(
+                env.body, what=f"manifest from {env.sender}", hashes=accepted_hashes(bus.signer is not None)
+            )
+            reassembler.set_manifest(manifest)
     except CodecError as exc:
         log.warning("transfer %s: dropped a bad message: %s", reassembler.transfer, exc)
 

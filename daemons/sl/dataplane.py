@@ -51,7 +51,7 @@ from daemons.sl.peer_files import PEER_FILES, FileRefused, checked_path
 from daemons.sl.receive import receive_verified
 from wire import CodecError
 from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length, payload_size
-from wire.tensors import MAX_STATE_BYTES, FlatState, Manifest, manifest_from_body
+from wire.tensors import HASHES, MAX_STATE_BYTES, FlatState, Manifest, accepted_hashes, manifest_from_body
 from wire.workers import off_loop_if_large
 
 __all__ = [
@@ -175,8 +175,11 @@ def encode_offer(
     return encode_frame_head(head, nbytes=0 if file is not None else manifest.total)
 
 
-def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequest:
-    """A request header, checked; CodecError naming what is wrong."""
+def decode_request(
+    data: bytes, *, max_offer: int = MAX_STATE_BYTES, hashes: Sequence[str] = HASHES
+) -> DataRequest:
+    """A request header, checked; CodecError naming what is wrong. ``hashes``: the chunk hashes an
+    offer's manifest may use (``manifest_from_body``)."""
     header = decode_header(data)
     op, sender = header["op"], header.get("sender")
     if not isinstance(sender, str) or not 0 < len(sender) <= _MAX_UID:
@@ -190,7 +193,7 @@ def decode_request(data: bytes, *, max_offer: int = MAX_STATE_BYTES) -> DataRequ
         file = header.get("file")
         return DataRequest(
             sender,
-            offer=_offered(header, max_offer),
+            offer=_offered(header, max_offer, hashes),
             offer_round=None if number is None else _round_number(number),
             offer_weight=None if weight is None else float(weight),
             offer_file=None if file is None else checked_path(file),
@@ -242,10 +245,12 @@ def _among(value: object) -> tuple[str, ...] | None:
     return tuple(sorted(value))
 
 
-def _sized_manifest(header: dict[str, object], body: dict[str, Any], max_total: int, what: str) -> Manifest:
+def _sized_manifest(
+    header: dict[str, object], body: dict[str, Any], max_total: int, what: str, hashes: Sequence[str]
+) -> Manifest:
     """The manifest in ``body``, bounded by ``max_total`` and matching the header's payload size (none
     when the header names a ``file`` holding the model)."""
-    manifest = manifest_from_body(body, what=f"data plane {what}")
+    manifest = manifest_from_body(body, what=f"data plane {what}", hashes=hashes)
     if manifest.total > max_total:
         raise CodecError(f"data plane {what}: {manifest.total} bytes is over {max_total}")
     payload = 0 if "file" in header else manifest.total
@@ -254,17 +259,19 @@ def _sized_manifest(header: dict[str, object], body: dict[str, Any], max_total: 
     return manifest
 
 
-def _offered(header: dict[str, object], max_total: int) -> Manifest:
+def _offered(header: dict[str, object], max_total: int, hashes: Sequence[str]) -> Manifest:
     body = header.get("manifest")
     if not isinstance(body, dict):
         raise CodecError("data plane offer: 'manifest' must be a map")
-    return _sized_manifest(header, body, max_total, "offer")
+    return _sized_manifest(header, body, max_total, "offer", hashes)
 
 
-def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> tuple[Manifest, str | None]:
+def decode_reply(
+    data: bytes, *, max_total: int = MAX_STATE_BYTES, hashes: Sequence[str] = HASHES
+) -> tuple[Manifest, str | None]:
     """The manifest of a reply header and the file it names (its payload is ``manifest.total`` bytes,
     or none when it names a file to copy them from); CodecError for an error reply or anything
-    malformed."""
+    malformed. ``hashes``: as ``decode_request``'s."""
     header = decode_header(data)
     op = header["op"]
     if op == "error":
@@ -273,7 +280,7 @@ def decode_reply(data: bytes, *, max_total: int = MAX_STATE_BYTES) -> tuple[Mani
     if op != "state" or not isinstance(body, dict):
         raise CodecError(f"data plane reply: op {op!r}; expected 'state' with a 'manifest' map")
     file = header.get("file")
-    manifest = _sized_manifest(header, body, max_total, "reply")
+    manifest = _sized_manifest(header, body, max_total, "reply", hashes)
     return manifest, None if file is None else checked_path(file)
 
 
@@ -441,6 +448,7 @@ class DataPlaneServer:
         self.host = host
         self.port = port
         self.tls = tls
+        self.hashes = accepted_hashes(signed=tls is not None)  # TLS here is the swarm's certificates
         self._server: asyncio.Server | None = None
         self._handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
@@ -492,7 +500,7 @@ class DataPlaneServer:
 
     async def _answer(self, data: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = decode_request(data)
+            request = decode_request(data, hashes=self.hashes)
             if request.offer is not None and self.offers is None:
                 raise CodecError("this node takes no offers")
         except CodecError as exc:
@@ -660,6 +668,7 @@ class DataPlaneClient:
     def __init__(self, uid: str, *, tls: ssl.SSLContext | None = None, connect_timeout: float = 5.0) -> None:
         self.uid = uid
         self.tls = tls
+        self.hashes = accepted_hashes(signed=tls is not None)  # TLS here is the swarm's certificates
         self.connect_timeout = connect_timeout
         self._connections: dict[tuple[Endpoint, str], _Connection] = {}
 
@@ -823,7 +832,7 @@ class DataPlaneClient:
         await conn.writer.drain()
         async with asyncio.timeout(first):
             data = await _read_header(conn.reader)
-        manifest, file = decode_reply(data, max_total=max_total)
+        manifest, file = decode_reply(data, max_total=max_total, hashes=self.hashes)
         if digest is not None and manifest.digest != digest:
             raise CodecError(f"the peer sent model {digest_hex(manifest.digest)}")
         if file is not None and not files:

@@ -39,6 +39,7 @@ from daemons.sl.secure_round import SECAGG_METHOD, SecureRounds, ledger_lookup
 from daemons.sl.session import MLSession, SessionSettings
 from daemons.sl.workdir import sl_directory
 from wire import CodecError
+from wire.tensors import weights_hash
 
 __all__ = ["SLNode", "SLOptions"]
 
@@ -149,7 +150,7 @@ class SLNode:
             refused: set[str] = set()
             bus.refused = refused
             bus.spawn(follow_revocations(ledger, refused), "revocations")
-            self.holder = StateHolder(bus)
+            self.holder = StateHolder(bus, hash=weights_hash(signed=self.options.identity is not None))
             server_tls, client_tls = self._dataplane_tls()
             async with serving(
                 self.holder,

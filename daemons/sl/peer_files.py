@@ -192,7 +192,7 @@ def _copy_chunks(source: np.ndarray, into: np.ndarray, manifest: Manifest) -> li
         for index in indices:
             part = slice(index * size, (index + 1) * size)
             np.copyto(into[part], source[part])
-            if chunk_digest(into[part].data) != manifest.chunks[index]:
+            if chunk_digest(into[part].data, manifest.hash) != manifest.chunks[index]:
                 corrupt.append(index)
         return corrupt
 

@@ -85,7 +85,7 @@ class _ChunkChecks:
         complete = manifest.n_chunks if filled == manifest.total else filled // size
         for index in range(self._started, complete):
             part = self._view[index * size : (index + 1) * size]
-            self._digests.append(asyncio.ensure_future(asyncio.to_thread(chunk_digest, part)))
+            self._digests.append(asyncio.ensure_future(asyncio.to_thread(chunk_digest, part, manifest.hash)))
         self._started = max(self._started, complete)
 
     async def verify(self) -> None:

@@ -229,10 +229,12 @@ def _merge_described(
     factors: list[float],
     method: str,
     options: MergeOptions,
+    hash: str,
 ) -> tuple[FlatState, Manifest]:
-    """Merge ``rows`` and hash the result in one call on one worker thread (MergeError as ``merge_flat``)."""
+    """Merge ``rows`` and hash the result with ``hash`` in one call on one worker thread (MergeError as
+    ``merge_flat``)."""
     flat = FlatState(tuple(specs), merge_flat(rows, layout, factors, method, options=options))
-    return flat, make_manifest(flat, "held")
+    return flat, make_manifest(flat, "held", hash=hash)
 
 
 def _merges_inline(method: str, model_bytes: int, rows: int) -> bool:
@@ -478,7 +480,7 @@ class RoundEngine:
         with whatever the ledger's round gives."""
         timer = self._timer = RoundTimer()
         if self.secure is not None:  # the digest only: the model itself leaves masked (secure_round.py)
-            manifest = await asyncio.to_thread(make_manifest, flat, "held")
+            manifest = await asyncio.to_thread(make_manifest, flat, "held", hash=self.holder.hash)
         else:
             manifest = await self.holder.add(flat)
         digest = manifest.digest.hex()
@@ -1218,7 +1220,8 @@ class RoundEngine:
         is cheap (``_merges_inline``), else on a worker thread."""
         factors = merge_weights(self.merge_method, [weights[participants[i]] for i in keep])
         kept_rows = rows if len(keep) == len(rows) else [rows[i] for i in keep]  # views, never a copy
-        args = (kept_rows, layout, own.specs, factors, self.merge_method, self.merge_options)
+        method, options, hash = self.merge_method, self.merge_options, self.holder.hash
+        args = (kept_rows, layout, own.specs, factors, method, options, hash)
         if _merges_inline(self.merge_method, own.total, len(keep)):
             return _merge_described(*args)
         return await asyncio.to_thread(_merge_described, *args)
