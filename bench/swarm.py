@@ -48,6 +48,7 @@ BATCH_SIZE = 32
 SYNC_FREQUENCIES = (128, 8)
 EXAMPLE = ROOT / "examples" / "mnist-pyt" / "model" / "mnist_pyt.py"
 PROGRAMS = {"CNN (mnist-pyt example)": EXAMPLE, "MLP 784-512-10 (reference)": ROOT / "bench" / "mlp_pyt.py"}
+MODEL_NAMES = dict(zip(("cnn", "mlp"), PROGRAMS, strict=True))  # --model's names for them
 TEST_COUNT = 2000
 TIMEOUT_S = 900.0
 
@@ -246,14 +247,19 @@ def overhead_row(
 
 
 def measure(
-    size: Size, sync_frequencies: tuple[int, ...] = SYNC_FREQUENCIES, modes: tuple[bool, ...] = (False, True)
+    size: Size,
+    sync_frequencies: tuple[int, ...] = SYNC_FREQUENCIES,
+    modes: tuple[bool, ...] = (False, True),
+    models: tuple[str, ...] = tuple(PROGRAMS),
 ) -> list[dict[str, Any]]:
-    """Every model: alone, the swarm at each sync frequency in each mode (blocking: False, then
-    overlapped: True), alone again."""
+    """Every model of ``models`` (keys of ``PROGRAMS``): alone, the swarm at each sync frequency in each
+    mode (blocking: False, then overlapped: True), alone again."""
     rows = []
     cases = [(sf, overlap) for overlap in modes for sf in sync_frequencies]
     with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
         for m, (model, program) in enumerate(PROGRAMS.items()):
+            if model not in models:
+                continue
             before = run_alone(Path(tmp) / f"{m}-alone", program, size)
             swarms = {
                 (sf, overlap): run_swarm(
@@ -318,18 +324,25 @@ def main() -> None:
         action="append",
         help="only syncs of this kind (repeatable; with --per-node; default: both)",
     )
+    parser.add_argument(
+        "--model",
+        choices=tuple(MODEL_NAMES),
+        action="append",
+        help="only this model (repeatable; with --per-node; default: both)",
+    )
     args = parser.parse_args()
     if (args.per_node is None) != (args.epochs is None):
         parser.error("--per-node and --epochs go together")
     if args.quick and args.per_node is not None:
         parser.error("--quick or --per-node/--epochs, not both")
-    if (args.sync_frequency or args.mode) and args.per_node is None:
-        parser.error("--sync-frequency and --mode go with --per-node/--epochs")
+    if (args.sync_frequency or args.mode or args.model) and args.per_node is None:
+        parser.error("--sync-frequency, --mode and --model go with --per-node/--epochs")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.per_node is not None:
         frequencies = tuple(args.sync_frequency or SYNC_FREQUENCIES)
         modes = tuple(m == "overlapped" for m in args.mode or ("blocking", "overlapped"))
-        print_rows("swarm", measure(Size(args.per_node, args.epochs), frequencies, modes))
+        models = tuple(MODEL_NAMES[name] for name in args.model or MODEL_NAMES)
+        print_rows("swarm", measure(Size(args.per_node, args.epochs), frequencies, modes, models))
     else:
         print_rows("swarm", run(args.quick) + ([] if args.quick else merge_rows()))
 
