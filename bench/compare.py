@@ -17,8 +17,9 @@ four pairs of one run all fell below 1 and said 0.91, and a run of six pairs of 
 change read 1.10 with four pairs all above 1, then 0.94 with six all below. The pairs of one run are not
 quite independent, so a change of the round under about 5 % needs several runs of 6 pairs or more there.
 
-Run: ``.venv/bin/python bench/compare.py BASE [NEW] [--pairs N] [--mb MB] [--rounds R] [--work-s S]``
-(NEW defaults to ``.``), e.g. ``bench/compare.py HEAD~1 --pairs 4 --rounds 1000``.
+Run: ``.venv/bin/python bench/compare.py BASE [NEW] [--pairs N] [--mb MB] [--rounds R] [--work-s S]
+[--certified]`` (NEW defaults to ``.``; ``--certified``: every node with its certificate, as the third row
+of ``bench/rounds.py``), e.g. ``bench/compare.py HEAD~1 --pairs 4 --rounds 1000``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ sys.path.insert(0, sys.argv[1])
 from bench.rounds import PEERS, round_latency, round_mean, swarm_rounds
 args = json.loads(sys.argv[2])
 with tempfile.TemporaryDirectory(prefix="compare-") as ws:
-    run = swarm_rounds(Path(ws) / "w", PEERS, int(args["mb"] * 1e6), args["rounds"], work_s=args["work_s"])
+    run = swarm_rounds(Path(ws) / "w", PEERS, int(args["mb"] * 1e6), args["rounds"], work_s=args["work_s"],
+                       certified=args["certified"])
 cpu = {kind: seconds * 1e3 for kind, seconds in (run.cpu_by_kind or {}).items()}
 print(json.dumps({"median_ms": round_latency(run.nodes) * 1e3, "mean_ms": round_mean(run.nodes) * 1e3,
                   "cpu_ms": cpu}))
@@ -115,9 +117,12 @@ def unpack(revision: str, into: Path) -> Path:
     return tree
 
 
-def measure(version: str, tree: Path, *, mb: float, rounds: int, work_s: float) -> Measured:
-    """One ``swarm_rounds`` run of the code in ``tree``; RuntimeError with its output when it fails."""
-    args = json.dumps({"mb": mb, "rounds": rounds, "work_s": work_s})
+def measure(
+    version: str, tree: Path, *, mb: float, rounds: int, work_s: float, certified: bool = False
+) -> Measured:
+    """One ``swarm_rounds`` run of the code in ``tree`` (``certified``: every node with its certificate);
+    RuntimeError with its output when it fails."""
+    args = json.dumps({"mb": mb, "rounds": rounds, "work_s": work_s, "certified": certified})
     done = subprocess.run(
         [sys.executable, "-c", _ONE_RUN, str(ROOT), args], capture_output=True, env=env_for(tree), check=False
     )
@@ -227,20 +232,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mb", type=float, default=1.6, help="model size in MB (default 1.6)")
     parser.add_argument("--rounds", type=positive_int, default=300, help="sync rounds a run (default 300)")
     parser.add_argument("--work-s", type=float, default=0.0, help="pretend training before each sync, s")
+    parser.add_argument(
+        "--certified", action="store_true", help="every node with its certificate (mutual TLS, signatures)"
+    )
     args = parser.parse_args(argv)
     if args.mb <= 0 or args.work_s < 0:
         parser.error("--mb must be above 0 and --work-s not below 0")
     with tempfile.TemporaryDirectory(prefix="compare-trees-") as scratch:
         trees = {name: unpack(name, Path(scratch)) for name in dict.fromkeys((args.base, args.new))}
         pairs_text = f"{args.pairs} pair" + ("s" if args.pairs > 1 else "")
-        print(f"{pairs_text} of {args.rounds} rounds, {args.mb:g} MB, {args.work_s:g} s of training")
+        certified = ", with certificates" if args.certified else ""
+        training = f"{args.work_s:g} s of training{certified}"
+        print(f"{pairs_text} of {args.rounds} rounds, {args.mb:g} MB, {training}")
         pairs = []
         for number in range(args.pairs):
             runs: dict[str, Measured] = {}
             for side in run_order(number):
                 name = args.base if side == "base" else args.new
                 try:
-                    measured = measure(name, trees[name], mb=args.mb, rounds=args.rounds, work_s=args.work_s)
+                    measured = measure(
+                        name, trees[name], mb=args.mb, rounds=args.rounds, work_s=args.work_s,
+                        certified=args.certified,
+                    )  # fmt: skip
                 except RuntimeError as exc:
                     raise SystemExit(f"bench/compare.py: {exc}") from None
                 print(measured.line(), flush=True)

@@ -10,6 +10,11 @@ plane meanwhile, the mean merge, the result sent to the 3 peers (the SN holds th
 socket hops. The floor measured in the same
 run: the 6 model copies any round must move (3 to the leader, 3 back) over raw loopback TCP.
 
+A third row runs the 1.6 MB round again with every node holding its certificate (``certs.init_swarm``):
+mutual TLS to mosquitto and on the SLs' data plane, every transaction and weight manifest signed and
+checked, chunks hashed with BLAKE3 (XXH3-128 without certificates). Its baseline is the first row, the
+same round without certificates in the same run, so its ratio is what security costs a round.
+
 The note says where the time went: the CPU one round costs all processes together (the CPU every
 process of the run used between the first node's round 2 and its round R-1, read from ``/proc`` while
 they run, per round: start-up, the init round and the end stay out; on C cores the mean round cannot
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import MB, ROOT, bench_parser, loopback_tcp_rate, make_row, print_rows
 from bench.processes import Processes, children_cpu_seconds, cpu_seconds, descendants
 from bench.swarm_setup import start_sl, start_sn
+from certs import Verifier, init_swarm
 from contracts.block import decode_block
 from contracts.ledger import Ledger
 from daemons.sl.roundtimes import parse_steps
@@ -173,20 +179,27 @@ def swarm_rounds(
     work_s: float = 0.0,
     prefix: str = "sl",
     extra_env: dict[str, Any] | None = None,
+    certified: bool = False,
 ) -> SwarmRun:
-    """Run ``peers`` SLs with stand-in MLs on a fresh SN until they finish ``rounds`` syncs."""
+    """Run ``peers`` SLs with stand-in MLs on a fresh SN until they finish ``rounds`` syncs.
+    ``certified``: every node with its certificate (``certs.init_swarm``; nodes sl-1..): mutual TLS to
+    the broker and between the SLs, signed transactions and weights, chunks hashed with BLAKE3."""
     shutil.rmtree(ws, ignore_errors=True)
     ws.mkdir(parents=True)
+    pki = ws / "pki" if certified else None
+    if pki is not None:
+        init_swarm(pki, sl=peers)
+        prefix = "sl-"
     names = [f"{prefix}{i}" for i in range(1, peers + 1)]
     cpu_before = children_cpu_seconds()
     with Processes(ws / "logs") as procs:
-        port = start_sn(procs, ws / "sn")
+        port = start_sn(procs, ws / "sn", pki=pki)
         for i, name in enumerate(names):
             env = {
                 "MODEL_BYTES": model_bytes, "ROUNDS": rounds, "WORK_S": work_s, "MIN_PEERS": peers,
                 "SEED": i, "RESULT": ws / f"{name}.json", **(extra_env or {}),
             }  # fmt: skip
-            start_sl(procs, port, name, program=STANDIN, work=ws / "runs", env=env)
+            start_sl(procs, port, name, program=STANDIN, work=ws / "runs", env=env, pki=pki)
         cpu = _RoundCpu(procs, names[0], rounds)
         _wait_all(procs, names, TIMEOUT_S + 2 * peers, cpu)
         sn = procs.started["sn"].pid
@@ -194,15 +207,17 @@ def swarm_rounds(
         cpu_broker = sum(cpu_seconds(pid) for pid in descendants(sn))
     nodes = [json.loads((ws / f"{name}.json").read_text()) for name in names]
     steps = step_medians([procs.output(name) for name in names])
-    blocks = round_blocks(ws / "sn" / "ledger.db")
+    blocks = round_blocks(ws / "sn" / "ledger.db", pki)
     return SwarmRun(
         nodes, cpu_sn, cpu_broker, children_cpu_seconds() - cpu_before, cpu.per_round(), steps, blocks
     )
 
 
-def round_blocks(path: Path) -> int:
-    """How many blocks of the ledger at ``path`` hold a sync-round or progress transaction."""
-    ledger = Ledger.open(path, verifier=None)
+def round_blocks(path: Path, pki: Path | None = None) -> int:
+    """How many blocks of the ledger at ``path`` hold a sync-round or progress transaction (``pki``: the
+    swarm's certificates, which a signed chain is opened with)."""
+    verifier = None if pki is None else Verifier.from_ca(pki / "ca" / "capath")
+    ledger = Ledger.open(path, verifier=verifier)
     try:
         count = 0
         for raw in ledger.raw_blocks(0):
@@ -249,11 +264,11 @@ def _round_ends(nodes: list[dict[str, Any]]) -> list[float]:
     return [max(float(node["done"][k]) for node in nodes) for k in range(len(nodes[0]["done"]))]
 
 
-def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
-    """Round latency and its floor for one model size."""
+def measure(model_mb: float, rounds: int, peers: int = PEERS, *, certified: bool = False) -> dict[str, Any]:
+    """Round latency and its floor for one model size (``certified``: see ``swarm_rounds``)."""
     nbytes = int(model_mb * MB)
     ws = ROOT / "bench" / "results" / "rounds.tmp"
-    swarm = swarm_rounds(ws, peers, nbytes, rounds)
+    swarm = swarm_rounds(ws, peers, nbytes, rounds, certified=certified)
     shutil.rmtree(ws, ignore_errors=True)
     floor = 2 * (peers - 1) * nbytes / loopback_tcp_rate(nbytes, repeat=15)
     return {
@@ -268,19 +283,36 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS) -> dict[str, Any]:
 
 
 def run() -> list[dict[str, Any]]:
-    """A row per model size; ratio = round latency / the floor."""
-    rows = []
+    """A row per model size (ratio = round latency / the floor), then the small model's round with
+    certificates (ratio = its latency / the same round's without them, this run)."""
+    rows, plain = [], {}
     for model_mb, rounds in CASES:
-        m = measure(model_mb, rounds)
+        plain[model_mb] = m = measure(model_mb, rounds)
         rows.append(
             make_row(
                 f"sync round, {PEERS} peers, {model_mb:g} MB model", m["latency_s"] * 1000, "ms",
-                "6 model copies over raw loopback TCP", m["floor_s"] * 1000,
-                note=f"median of rounds 2..{rounds} (mean {m['mean_s'] * 1000:.1f} ms); SN, mosquitto, "
-                f"4 SL + stand-in ML; {m['cpu']}; steps (median ms): {m['steps']}",
+                "6 model copies over raw loopback TCP", m["floor_s"] * 1000, note=_note(m, rounds),
             )
         )  # fmt: skip
+    model_mb, rounds = CASES[0]
+    m = measure(model_mb, rounds, certified=True)
+    baseline = f"the {model_mb:g} MB round without certificates, this run"
+    rows.append(
+        make_row(
+            f"sync round, {PEERS} peers, {model_mb:g} MB model, with certificates", m["latency_s"] * 1000,
+            "ms", baseline, plain[model_mb]["latency_s"] * 1000,
+            note=f"mutual TLS (broker and data plane), signed transactions and weights, BLAKE3 chunk hashes; "
+            f"6 copies over raw loopback TCP: {m['floor_s'] * 1000:.2f} ms; {_note(m, rounds)}",
+        )
+    )  # fmt: skip
     return rows
+
+
+def _note(m: dict[str, Any], rounds: int) -> str:
+    return (
+        f"median of rounds 2..{rounds} (mean {m['mean_s'] * 1000:.1f} ms); SN, mosquitto, 4 SL + stand-in "
+        f"ML; {m['cpu']}; steps (median ms): {m['steps']}"
+    )
 
 
 def main() -> None:

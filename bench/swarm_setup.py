@@ -25,6 +25,7 @@ __all__ = [
     "RUNNER",
     "SWARM",
     "SwarmNode",
+    "identity_args",
     "ledger_session",
     "register_task",
     "run_task",
@@ -52,12 +53,20 @@ class SwarmNode:
     env: Mapping[str, object]
 
 
-def start_sn(procs: Processes, data_dir: Path, *, timeout: float = 60.0, port: int | None = None) -> int:
+def start_sn(
+    procs: Processes,
+    data_dir: Path,
+    *,
+    timeout: float = 60.0,
+    port: int | None = None,
+    pki: Path | None = None,
+) -> int:
     """Start ``swarm sn --sentinel`` on ``port`` (default: a free one); returns the port once it serves
-    (``timeout`` 0: at once, see ``wait_sn``)."""
+    (``timeout`` 0: at once, see ``wait_sn``). ``pki``: a folder of ``certs.init_swarm``, whose sn-1
+    identity the SN takes (its mosquitto then requires mutual TLS)."""
     port = port or free_port()
     argv = [SWARM, "sn", "--sentinel", "--data-dir", str(data_dir), "--sn-api-port", str(port)]
-    procs.start("sn", argv)
+    procs.start("sn", argv + identity_args(pki, "sn-1"))
     if timeout > 0:
         wait_sn(procs, timeout)
     return port
@@ -111,13 +120,31 @@ def start_swop(
     procs.start(name or uid, argv, env={"SWOP_KEEP_CONTAINERS": "True"})
 
 
+def identity_args(pki: Path | None, uid: str) -> list[str]:
+    """``--cert/--key/--capath`` of ``uid`` in a folder made by ``certs.init_swarm`` (none without one)."""
+    if pki is None:
+        return []
+    return [
+        "--cert", str(pki / f"{uid}-cert.pem"), "--key", str(pki / f"{uid}-key.pem"),
+        "--capath", str(pki / "ca" / "capath"),
+    ]  # fmt: skip
+
+
 def start_sl(
-    procs: Processes, port: int, uid: str, *, program: Path, work: Path, env: Mapping[str, object]
+    procs: Processes,
+    port: int,
+    uid: str,
+    *,
+    program: Path,
+    work: Path,
+    env: Mapping[str, object],
+    pki: Path | None = None,
 ) -> None:
     """Start a standalone ``swarm sl`` (the reference's ``run-sl``) running a copy of ``program``.
 
     The copy sits in the node's own directory under ``work``, where the SL also writes the program's
-    ``<program>_sw.log``.
+    ``<program>_sw.log``. ``pki``: a folder of ``certs.init_swarm`` holding ``uid``'s identity (mutual
+    TLS, signed transactions and weights).
     """
     node_dir = work / uid
     node_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +152,7 @@ def start_sl(
     argv = [
         SWARM, "sl", "--name", uid, "--sn-api-port", str(port), "--ml-w", str(node_dir),
         "--ml-cmd", program.name, "--run-dir", str(node_dir / "run"), "--linger", "5",
+        *identity_args(pki, uid),
     ]  # fmt: skip
     for key, value in env.items():
         argv += ["--ml-e", f"{key}={value}"]
