@@ -13,6 +13,8 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from packaging.utils import canonicalize_name
+
 from taskdefs.bodies import MakeUserContainerBody
 from taskdefs.errors import TaskDefError
 
@@ -321,7 +323,7 @@ def _project_name(spec: str) -> str:
     match = _NAME.match(spec)
     if match is None:
         return ""
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
+    return canonicalize_name(match.group(1))
 
 
 def _mentions_swarm_client(text: str) -> bool:

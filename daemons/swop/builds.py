@@ -104,7 +104,7 @@ async def _check_imports(env_dir: Path, packages: list[str], log_path: Path) -> 
     python = str(env_dir / "bin" / "python")
     notes = []
     for requirement in packages:
-        name = re.split(r"[=<>!~\[ ]", requirement, maxsplit=1)[0]
+        name = Requirement(requirement).name  # the image's own packages: named, and imported by that name
         code, tail = await _run([python, "-c", f"import {name.replace('-', '_')}"], log_path)
         if code == 0:
             continue
