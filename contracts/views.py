@@ -16,6 +16,7 @@ from contracts.taskrunners import counts
 from contracts.trial_views import StudyNotFound, list_studies, study_best, study_brief, study_view
 
 __all__ = [
+    "BRIEF_CHECKINS",
     "QUERIES",
     "BadQuery",
     "QueryError",
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 View = dict[str, Any]
+
+BRIEF_CHECKINS = 16
+"""The most check-ins a closed round's event form lists (more, and its leader reads them)."""
 
 
 class QueryError(LookupError):
@@ -179,10 +183,7 @@ def _round_view(rnd: Round) -> View:
         "init": rnd.init,
         "opened_at": rnd.opened_at,
         "quorum_at": rnd.quorum_at,
-        "checkins": [
-            {"uid": c.uid, "digest": c.digest, "samples": c.samples, "weight": c.weight, "init": c.init}
-            for c in (rnd.checkins[uid] for uid in sorted(rnd.checkins))
-        ],
+        "checkins": _checkin_rows(rnd),
         "participants": list(rnd.participants),
         "leader": rnd.leader,
         "failed_leaders": list(rnd.failed),
@@ -194,6 +195,13 @@ def _round_view(rnd: Round) -> View:
         "excluded": _excluded(rnd),
         "reason": rnd.reason,
     }
+
+
+def _checkin_rows(rnd: Round) -> list[View]:
+    return [
+        {"uid": c.uid, "digest": c.digest, "samples": c.samples, "weight": c.weight, "init": c.init}
+        for c in (rnd.checkins[uid] for uid in sorted(rnd.checkins))
+    ]
 
 
 def rounds(state: State, name: str) -> View:
@@ -218,7 +226,7 @@ def rounds(state: State, name: str) -> View:
 
 
 def _round_brief(rnd: Round) -> View:
-    return {
+    brief: View = {
         "round": rnd.number,
         "status": rnd.status,
         "final": rnd.final,
@@ -232,19 +240,27 @@ def _round_brief(rnd: Round) -> View:
         "excluded": _excluded(rnd),
         "reason": rnd.reason,
     }
+    if rnd.status == "CLOSED" and len(rnd.checkins) <= BRIEF_CHECKINS:
+        brief["checkins"] = _checkin_rows(rnd)  # what its leader merges: it need not read them
+    return brief
 
 
 def rounds_brief(state: State, name: str) -> View:
-    """The event form of a contract's rounds: statuses and roles without check-in details, and only the
-    last finished round, so that an event stays small however many nodes check in (a node that needs the
-    details, a leader, reads ``rounds``)."""
-    _contract(state, name)
+    """The event form of a contract's rounds: statuses and roles, the check-ins only of a closed round
+    of at most ``BRIEF_CHECKINS`` (what its leader merges), the open round's ``min_peers``, and only
+    the last finished round, so that an event stays small however many nodes check in (a node that
+    needs more reads ``rounds``)."""
+    contract = _contract(state, name)
     book = state.rounds.get(name)
     if book is None:
         return {"contract": name, "open": None, "closed": [], "finished": []}
+    open_brief = None
+    if book.open is not None:
+        open_brief = _round_brief(book.open)
+        open_brief["min_peers"] = round_rules(expected_members(state, contract)).min_peers
     return {
         "contract": name,
-        "open": _round_brief(book.open) if book.open is not None else None,
+        "open": open_brief,
         "closed": [_round_brief(r) for r in book.pending],
         "finished": [_round_brief(book.done[-1])] if book.done else [],
     }

@@ -280,6 +280,19 @@ def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
     return next((r for r in candidates if r and r.get("round") == number), None)
 
 
+def _leading_view(view: dict[str, Any], number: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``view`` and closed round ``number`` in it, when the view has what the round's leader needs: the
+    round's check-ins and the open round's ``min_peers`` (a read has them; so has an event of a round
+    of at most ``BRIEF_CHECKINS``); else None."""
+    rnd = _find(view, number)
+    if rnd is None or rnd.get("status") != "CLOSED" or "checkins" not in rnd:
+        return None
+    open_round = view.get("open")
+    if open_round is not None and "min_peers" not in open_round:
+        return None
+    return view, rnd
+
+
 def fetch_refusal(rnd: dict[str, Any] | None, requester: str, uid: str, contract: str) -> str | None:
     """Why ``requester`` may not fetch what ``uid`` checked in to round ``rnd``; None for its leader."""
     leader = (rnd or {}).get("leader")
@@ -668,14 +681,14 @@ class RoundEngine:
 
     async def _step(
         self,
+        view: dict[str, Any],
         rnd: dict[str, Any] | None,
         number: int,
-        own: FlatState,
-        digest: str,
-        keep_own: bool,
+        part: _Part,
         leading: asyncio.Task[RoundResult | None] | None,
     ) -> tuple[RoundResult | None, asyncio.Task[RoundResult | None] | None]:
-        """React to the latest view of our round; a result ends the round for us."""
+        """React to the latest ``view`` of our round ``rnd``; a result ends the round for us."""
+        own, digest, keep_own = part.flat, part.digest, part.keep_own
         if rnd is None:
             return None, leading
         status = rnd.get("status")
@@ -690,7 +703,7 @@ class RoundEngine:
             if self._last_close is None or self._last_close[0] < number:
                 self._last_close = (number, _participants(rnd), leader)
             if leader == self.uid and idle and number not in self._led_rounds:
-                leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own))
+                leading = asyncio.get_running_loop().create_task(self._lead_safely(number, own, seen=view))
             elif leader and leader != self.uid and (not keep_own or rnd.get("final")):
                 await self._start_prefetch(leader, number, closed=_participants(rnd))
             return None, leading
@@ -725,7 +738,7 @@ class RoundEngine:
                 await asyncio.wait((leading,))
             done = await self._after_early(view, rnd, number, part)
             return (part.gone_early if done else None), leading
-        result, leading = await self._step(rnd, number, part.flat, part.digest, part.keep_own, leading)
+        result, leading = await self._step(view, rnd, number, part, leading)
         if result is None:
             result = self._early(rnd, leading, part.keep_own)
         if result is not None and result.final and leading is not None:
@@ -776,7 +789,7 @@ class RoundEngine:
         if self._last_close is None or self._last_close[0] <= number:
             self._last_close = (number, _participants(rnd), leader)
         if leader == self.uid and number not in self._led_rounds:
-            await self._lead_safely(number, part.flat, going_on=False)
+            await self._lead_safely(number, part.flat, going_on=False, seen=view)
         return True
 
     async def _lead_replaced(self, view: dict[str, Any], current: int) -> None:
@@ -790,7 +803,7 @@ class RoundEngine:
             own = self.holder.get(rows[number]) if number in rows else None
             if own is not None and rnd.get("status") == "CLOSED":
                 log.info("round %d was handed to us after we went on from it; merging it", number)
-                await self._lead_safely(number, own, going_on=False)
+                await self._lead_safely(number, own, going_on=False, seen=view)
 
     def _racing(
         self, rnd: dict[str, Any] | None, leading: asyncio.Task[RoundResult | None] | None, keep_own: bool
@@ -939,13 +952,16 @@ class RoundEngine:
         return refusal
 
     # -------------------------------------------------------------- leading
-    async def _lead_safely(self, number: int, own: FlatState, *, going_on: bool = True) -> RoundResult | None:
+    async def _lead_safely(
+        self, number: int, own: FlatState, *, going_on: bool = True, seen: dict[str, Any] | None = None
+    ) -> RoundResult | None:
         """Lead round ``number``; the merged model when this node may go on with it before the ledger
         records it (a round that is not final), else None. ``going_on``: false when we went on from
-        this round already (we only merge and record it)."""
+        this round already (we only merge and record it). ``seen``: the rounds view that named us,
+        led from without a read when it has the round's check-ins (``_leading_view``)."""
         self._led_rounds = [*self._led_rounds[-15:], number]
         try:
-            return await self._lead(number, own, going_on=going_on)
+            return await self._lead(number, own, going_on=going_on, seen=seen)
         except asyncio.CancelledError:
             raise
         except Rejected as exc:
@@ -956,9 +972,12 @@ class RoundEngine:
                 await self._fail(number, _CannotMerge(f"{type(exc).__name__}: {exc}", []))
         return None
 
-    async def _lead(self, number: int, own: FlatState, *, going_on: bool = True) -> RoundResult | None:
+    async def _lead(
+        self, number: int, own: FlatState, *, going_on: bool = True, seen: dict[str, Any] | None = None
+    ) -> RoundResult | None:
         timer = self._timer if going_on else RoundTimer()
-        view, rnd = await self._read_closed(number)
+        known = _leading_view(seen, number) if seen is not None else None
+        view, rnd = known if known is not None else await self._read_closed(number)
         timer.mark("lead_query")
         if rnd is None or rnd.get("leader") != self.uid or rnd.get("status") != "CLOSED":
             return None  # replaced meanwhile

@@ -1,0 +1,50 @@
+"""The event form of a contract's rounds (``views.rounds_brief``) carries what a closed round's leader
+merges, so that the leader needs no read; a round of many check-ins leaves them out, and its leader reads."""
+
+from __future__ import annotations
+
+from contracts import views
+from daemons.sl.rounds import _leading_view
+from tests.test_ledger_machine import C, Sim
+
+
+def _closed(uids: list[str]) -> Sim:
+    """Members ``uids`` check in to round 1, which closes (round 2 opens)."""
+    sim = Sim()
+    sim.members(*uids, min_peers=len(uids))
+    for uid in uids:
+        sim.checkin(uid)
+    sim.run_due()
+    return sim
+
+
+def test_a_closed_rounds_event_lists_its_checkins_and_the_open_rounds_min_peers() -> None:
+    sim = _closed(["sl1", "sl2", "sl3"])
+    brief, full = views.rounds_brief(sim.state, C), views.rounds(sim.state, C)
+    (closed,) = brief["closed"]
+    assert closed["status"] == "CLOSED"
+    assert closed["checkins"] == full["closed"][0]["checkins"]
+    assert [c["uid"] for c in closed["checkins"]] == ["sl1", "sl2", "sl3"]
+    assert brief["open"]["min_peers"] == full["open"]["min_peers"] == 3
+    assert "checkins" not in brief["open"]  # the open round's stay out: every check-in changes them
+    assert _leading_view(brief, 1) == (brief, closed)
+    assert _leading_view(full, 1) == (full, full["closed"][0])
+
+
+def test_a_round_of_more_checkins_than_the_brief_lists_is_read_by_its_leader() -> None:
+    uids = [f"sl{i}" for i in range(1, views.BRIEF_CHECKINS + 2)]
+    sim = _closed(uids)
+    brief = views.rounds_brief(sim.state, C)
+    (closed,) = brief["closed"]
+    assert closed["checked_in"] == len(uids) and "checkins" not in closed
+    assert _leading_view(brief, 1) is None
+    assert _leading_view(views.rounds(sim.state, C), 1) is not None
+
+
+def test_only_a_closed_round_is_led_from_a_view() -> None:
+    sim = _closed(["sl1", "sl2"])
+    brief = views.rounds_brief(sim.state, C)
+    assert _leading_view(brief, 2) is None  # open
+    assert _leading_view(brief, 7) is None  # not in the view
+    no_rule = {**brief, "open": {k: v for k, v in brief["open"].items() if k != "min_peers"}}
+    assert _leading_view(no_rule, 1) is None  # an SN of before: read
