@@ -1,5 +1,10 @@
 """The user's ML program as a child of the SL: started with its environment, logged, stopped gently.
 
+Where the SWOP runs a fork server for its ML environment (``SWARM_ML_FORKSERVER`` in the SL's
+environment), a one-process program is a fork of that server (``daemons/sl/forked.py``), which imported
+torch once for the whole host; the server refuses what a fork cannot give, and the SL then starts the
+program itself.
+
 A node asking for several local processes (``nproc``, one per GPU say) runs its program under torchrun
 (``python -m torch.distributed.run --standalone``): torchrun starts one rank per process and gives each
 ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``; rank 0 talks to the SL and broadcasts to the others.
@@ -16,11 +21,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
-from daemons.processes import stop_process_group
+from daemons.processes import FORKSERVER_ENV, program_environ, stop_process_group
+from daemons.sl.forked import ForkedProgram, ForkRefusedError, start_forked
 
 __all__ = ["MLProcess", "MLSpec", "torchrun_argv"]
 
 log = logging.getLogger("swarm.sl.ml")
+
+OUTPUT_LINE_LIMIT = 1 << 22  # progress bars write long lines
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ class MLProcess:
     def __init__(self, spec: MLSpec) -> None:
         self.spec = spec
         self.tail: deque[str] = deque(maxlen=40)
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: asyncio.subprocess.Process | ForkedProgram | None = None
 
     @property
     def pid(self) -> int | None:
@@ -78,10 +86,11 @@ class MLProcess:
 
     async def start(self, extra_env: dict[str, str]) -> None:
         """Start the program (a new process group, so a stop reaches its children too)."""
-        env = {**os.environ, **self.spec.env, **extra_env}
-        if env.pop("SWARM_BLAS_LIMITED", None):  # set for the daemons only (daemons/cli.py)
-            env.pop("OPENBLAS_NUM_THREADS", None)
+        env = program_environ(os.environ, self.spec.env, extra_env)
         argv = self.spec.argv()
+        server = os.environ.get(FORKSERVER_ENV)
+        if server and self.spec.nproc == 1 and await self._fork(server, argv, env):
+            return
         log.info("starting ML program: %s (in %s)", shlex.join(argv), self.spec.cwd)
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -91,10 +100,26 @@ class MLProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                limit=1 << 22,  # progress bars write long lines
+                limit=OUTPUT_LINE_LIMIT,
             )
         except OSError as exc:
             raise RuntimeError(f"cannot start the ML program {shlex.join(argv)}: {exc}") from None
+
+    async def _fork(self, server: str, argv: list[str], env: dict[str, str]) -> bool:
+        """Whether the fork server at ``server`` started the program; when not, the log says why."""
+        try:
+            self._proc = await start_forked(server, argv, self.spec.cwd, env, limit=OUTPUT_LINE_LIMIT)
+        except ForkRefusedError as exc:
+            log.info("the fork server does not start this program (%s)", exc)
+            return False
+        except OSError as exc:
+            log.warning("no fork server at %s (%s)", server, exc)
+            return False
+        log.info(
+            "starting ML program: %s (in %s), forked from the host's fork server as pid %d",
+            shlex.join(argv), self.spec.cwd, self._proc.pid,
+        )  # fmt: skip
+        return True
 
     async def wait(self) -> int:
         """Copy the program's output until it exits; returns its exit status."""

@@ -30,12 +30,14 @@ from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
+from daemons.gpus import cuda_env, visible_gpus
 from daemons.identity import Identity, node_name, open_bus
 from daemons.ledger_client import LedgerClient, Patience, Rejected
-from daemons.processes import install_stop_signals
+from daemons.processes import install_stop_signals, program_environ
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
-from daemons.swop.slpeers import SLPeer, peer_spec
+from daemons.swop.forkservers import ForkServers, fork_servers_enabled
+from daemons.swop.slpeers import SLPeer, merge_env, peer_spec
 from daemons.swop.swarm_trials import SwarmTrialRunner, SwarmTrialSetup
 from daemons.swop.trials import TrialRunner, TrialSetup, trial_slots
 from taskdefs import RunSwarmBody, RunTrialsBody, SlNodeDef, SwopProfile, TaskDefError, parse_task_body
@@ -84,6 +86,7 @@ class SwopNode:
         self._current: tuple[str, float, int] | None = None
         self._stop = asyncio.Event()
         self.ledger: LedgerClient | None = None
+        self.forks = ForkServers(enabled=fork_servers_enabled(os.environ))
 
     @property
     def taskrunner(self) -> str:
@@ -112,7 +115,7 @@ class SwopNode:
 
     async def run(self) -> None:
         """Enroll and run assignments until stopped."""
-        async with self._bus() as bus:
+        async with self._bus() as bus, self.forks:
             patience = Patience.from_env()
             self.ledger = await LedgerClient.connect(
                 bus, timeout=patience.deadline, prefer=self.options.sn_uid, patience=patience
@@ -299,6 +302,7 @@ class SwopNode:
         opts = self.options
         python = await self._python_for(info)
         nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)[: assignment.count]
+        forkservers = await self._fork_servers(python, body, nodes)
         bus = self.ledger.bus
         earlier = await self._run_before()
         async with asyncio.TaskGroup() as group:
@@ -315,6 +319,7 @@ class SwopNode:
                     run_dir=opts.work_dir / "runs" / assignment.task / (node.slhostname or f"sl{node.idx}"),
                     python=python,
                     volumes=opts.work_dir / "volumes",
+                    forkserver=forkservers.get(node.idx),
                 )
                 if spec.uid in self.peers and self.peers[spec.uid].running:
                     continue
@@ -328,6 +333,25 @@ class SwopNode:
                     )
                     continue
                 group.create_task(self._run_peer(SLPeer(spec)), name=f"swop.sl.{spec.uid}")
+
+    async def _fork_servers(
+        self, python: str, body: RunSwarmBody, nodes: list[SlNodeDef]
+    ) -> dict[int, str | None]:
+        """The fork server each node's SL may ask to start its program (``daemons/swop/forkservers.py``),
+        by node index: nodes whose programs would import torch in the same environment share one."""
+        profile = self.options.profile
+        base = merge_env(dict(os.environ), profile.envvars)
+        visible = await asyncio.to_thread(visible_gpus) if any(n.gpus is not None for n in nodes) else []
+        programs: dict[int, dict[str, str]] = {}
+        for slot, node in enumerate(nodes):  # the SL's environment and the program's, as the SL makes them
+            with contextlib.suppress(ValueError):  # a gpus option the SL will refuse
+                usr = {
+                    **merge_env(dict(body.envvars or []), node.usrenvvars),
+                    **cuda_env(node.gpus, slot, visible),
+                }
+                programs[node.idx] = program_environ(merge_env(base, node.slenvvars), usr)
+        common = program_environ(merge_env(base, body.envvars))
+        return await self.forks.sockets_for(python, common, programs)
 
     async def _run_before(self) -> dict[str, str]:
         """This SWOP's SLs of the assignment that the ledger has ``COMPLETED``, or running with their node

@@ -11,12 +11,12 @@ import asyncio
 import os
 import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemons.bus.config import BrokerAddress
-from daemons.processes import stop_process_group
+from daemons.processes import FORKSERVER_ENV, stop_process_group
 from taskdefs import RunSwarmBody, SlNodeDef, SwopProfile
 
 __all__ = ["PeerSpec", "SLPeer", "merge_env", "node_mounts", "sl_uid", "volume_source"]
@@ -29,7 +29,7 @@ def sl_uid(node: SlNodeDef, swop_uid: str) -> str:
     return f"{swop_uid}-sl{node.idx}"
 
 
-def merge_env(base: dict[str, str], pairs: list[tuple[str, str | None]] | None) -> dict[str, str]:
+def merge_env(base: dict[str, str], pairs: Sequence[tuple[str, str | None]] | None) -> dict[str, str]:
     """``base`` with ``pairs`` applied in order (a None value unsets the variable)."""
     env = dict(base)
     for key, value in pairs or []:
@@ -66,9 +66,11 @@ def peer_spec(
     python: str,
     volumes: Path,
     ml_env: Mapping[str, str] | None = None,
+    forkserver: str | None = None,
 ) -> PeerSpec:
     """The ``swarm sl`` command line and environment for ``node`` running ``body``; ``ml_env`` (a
-    trial's parameters, say) goes into the ML program's environment last."""
+    trial's parameters, say) goes into the ML program's environment last; ``forkserver``: the socket of
+    the fork server the SL asks to start its program (``daemons/swop/forkservers.py``)."""
     uid = sl_uid(node, swop_uid)
     argv = [
         sys.executable, "-m", "daemons.cli", "sl",
@@ -91,7 +93,8 @@ def peer_spec(
         src = node.identity_src(a_type) or (node.identity_src("CACERT") if a_type == "CAPATH" else None)
         if src:
             argv += [flag, src]
-    env = merge_env(merge_env(dict(os.environ), profile.envvars), node.slenvvars)
+    env = merge_env(merge_env(dict(os.environ), profile.envvars), [(FORKSERVER_ENV, forkserver)])
+    env = merge_env(env, node.slenvvars)
     return PeerSpec(uid, node, slot, run_dir, argv, env)
 
 
