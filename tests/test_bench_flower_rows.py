@@ -12,7 +12,7 @@ def _outcome(wall: float, accuracy: float = 0.986) -> Outcome:
                    extra={"complete_s": wall + 1})  # fmt: skip
 
 
-def test_the_programs_alone_give_the_floor_of_the_flower_ratio_and_a_row_of_their_own() -> None:
+def test_the_programs_alone_are_a_share_of_flowers_time_and_a_row_of_their_own() -> None:
     rows = {
         r["benchmark"].split(" (")[0]: r
         for r in rows_for(_outcome(22.6), _outcome(90.4), _outcome(21.1), 5, 1)
