@@ -49,6 +49,7 @@ from wire.forks import (
     encode_message,
     message_length,
     refusal,
+    split_python_argv,
 )
 
 __all__ = ["PRELOAD", "ForkServer", "Program", "main", "run_program"]
@@ -79,12 +80,8 @@ class Program:
     @classmethod
     def of(cls, request: ForkRequest, out_fd: int) -> Program:
         """The program ``request`` (accepted by ``refusal``) asks for."""
-        rest = list(request.argv[1:])
-        flags = 0
-        while rest[0] == "-u":
-            rest.pop(0)
-            flags += 1
-        unbuffered = flags > 0 or bool(request.env.get("PYTHONUNBUFFERED"))
+        dash_u, rest = split_python_argv(request.argv)
+        unbuffered = dash_u or bool(request.env.get("PYTHONUNBUFFERED"))
         return cls(request.argv, rest[0], tuple(rest[1:]), request.cwd, dict(request.env), out_fd, unbuffered)
 
 

@@ -56,7 +56,10 @@ sys.exit(int(sys.argv[1]))
 """
 FAIL = "import sys\n\ndef deep():\n    raise ValueError('broken on purpose')\n\ndeep()\n"
 MESSAGE = "import sys\nsys.exit('no data here')\n"
-WAIT = "import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\nprint('went')\n"
+WAIT = (  # until told to go; never more than a minute, so that a failed test leaves no program behind
+    "import os, time\nend = time.monotonic() + 60\n"
+    "while not os.path.exists('go') and time.monotonic() < end:\n    time.sleep(0.05)\nprint('went')\n"
+)
 LIMIT = 1 << 20
 
 
@@ -336,7 +339,7 @@ async def test_an_sl_forks_its_program_and_starts_it_itself_when_refused_or_alon
         assert said in caplog.text
 
 
-async def test_a_swop_shares_a_server_among_programs_of_one_import_time_environment() -> None:
+async def test_a_swop_keeps_a_server_for_each_import_time_environment_of_its_programs() -> None:
     common = program_environ(os.environ)
     programs = {
         1: {**common, "DATA": "a", "CUDA_VISIBLE_DEVICES": "0"},
@@ -346,10 +349,13 @@ async def test_a_swop_shares_a_server_among_programs_of_one_import_time_environm
     async with ForkServers() as forks:
         found = await forks.sockets_for(sys.executable, common, programs)
         again = await forks.sockets_for(sys.executable, common, programs)
-        path = found[1]
+        path, other = found[1], found[3]
         assert path is not None
-        assert found == again == {1: path, 2: path, 3: None}  # GPU 1 alone: nothing to share
+        assert other is not None
+        assert found == again == {1: path, 2: path, 3: other}  # started once, kept for the next task
+        assert path != other
         assert ServerSpec.read(ServerSpec.path_for(path)).env["CUDA_VISIBLE_DEVICES"] == "0"
+        assert ServerSpec.read(ServerSpec.path_for(other)).env["CUDA_VISIBLE_DEVICES"] == "1"
     assert not await asyncio.to_thread(os.path.exists, path)
     async with ForkServers(enabled=False) as forks:
         assert await forks.sockets_for(sys.executable, common, programs) == dict.fromkeys(programs)

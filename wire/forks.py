@@ -39,6 +39,7 @@ __all__ = [
     "import_time",
     "message_length",
     "refusal",
+    "split_python_argv",
 ]
 
 PREFIX = struct.Struct("!I")
@@ -176,14 +177,20 @@ def decode_reply(data: bytes) -> ForkReply:
     raise CodecError(f"fork server reply: expected pid, refused or exit, got {body!r:.200}")
 
 
+def split_python_argv(argv: tuple[str, ...]) -> tuple[bool, list[str]]:
+    """``python [-u]... rest``: whether ``-u`` was given, and the rest (the script and its arguments)."""
+    rest = list(argv[1:])
+    while rest and rest[0] == "-u":
+        rest.pop(0)
+    return len(rest) < len(argv) - 1, rest
+
+
 def refusal(request: ForkRequest, server: ServerSpec) -> str | None:
     """Why ``server`` cannot start ``request`` as a fork; None when it can."""
     argv = request.argv
     if os.path.abspath(argv[0]) != os.path.abspath(server.executable):
         return f"{argv[0]} is not the fork server's interpreter {server.executable}"
-    rest = list(argv[1:])
-    while rest and rest[0] == "-u":
-        rest.pop(0)
+    _, rest = split_python_argv(argv)
     if not rest or rest[0].startswith("-"):
         return "only 'python [-u] script.py [args]' is started from the fork server"
     script = os.path.join(request.cwd, rest[0])

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -21,7 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from daemons.processes import FORKSERVER_ENV
+from daemons.gpus import cuda_env, visible_gpus
+from daemons.processes import FORKSERVER_ENV, program_environ
+from daemons.swop.slpeers import merge_env
+from taskdefs import RunSwarmBody, SlNodeDef, SwopProfile
 from wire.forks import import_time
 
 __all__ = ["READY_TIMEOUT_S", "ForkServers", "fork_servers_enabled"]
@@ -66,21 +70,39 @@ class ForkServers:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
 
+    async def for_nodes(
+        self, python: str, profile: SwopProfile, body: RunSwarmBody, nodes: list[SlNodeDef]
+    ) -> dict[int, str | None]:
+        """The server each of ``nodes`` (running ``body``) may ask to start its program, by node index:
+        nodes whose programs would import torch in the same environment share one (``sockets_for``)."""
+        if not self.enabled:
+            return {}
+        base = merge_env(dict(os.environ), profile.envvars)
+        visible = await asyncio.to_thread(visible_gpus) if any(n.gpus is not None for n in nodes) else []
+        programs: dict[int, dict[str, str]] = {}
+        for slot, node in enumerate(nodes):  # the SL's environment and the program's, as the SL makes them
+            with contextlib.suppress(ValueError):  # a gpus option the SL will refuse
+                usr = merge_env(dict(body.envvars or []), node.usrenvvars)
+                usr.update(cuda_env(node.gpus, slot, visible))
+                programs[node.idx] = program_environ(merge_env(base, node.slenvvars), usr)
+        common = program_environ(merge_env(base, body.envvars))
+        return await self.sockets_for(python, common, programs)
+
     async def sockets_for(
         self, python: str, env: Mapping[str, str], programs: Mapping[int, Mapping[str, str]]
     ) -> dict[int, str | None]:
-        """A server for each group of at least two ``programs`` (environments by node index) that agree
-        in every variable read at import time; ``env``, the programs' common environment, gives the
-        server the rest of its own. By node index: the socket of its group's server, or None."""
+        """A server for each group of ``programs`` (environments by node index) that agree in every
+        variable read at import time; ``env``, the programs' common environment, gives the server the
+        rest of its own. By node index: the socket of its group's server, or None. A group of one gains
+        nothing from its first program, but its server stays warm for the next task or trial."""
         groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
         for idx, program_env in programs.items():
             key = tuple(sorted((k, v) for k, v in program_env.items() if import_time(k)))
             groups.setdefault(key, []).append(idx)
         found: dict[int, str | None] = dict.fromkeys(programs)
         for key, members in groups.items():
-            if len(members) > 1:
-                server_env = {**{k: v for k, v in env.items() if not import_time(k)}, **dict(key)}
-                found.update(dict.fromkeys(members, await self.socket_for(python, server_env)))
+            server_env = {**{k: v for k, v in env.items() if not import_time(k)}, **dict(key)}
+            found.update(dict.fromkeys(members, await self.socket_for(python, server_env)))
         return found
 
     async def socket_for(self, python: str, env: Mapping[str, str]) -> str | None:

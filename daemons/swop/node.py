@@ -30,14 +30,13 @@ from daemons.attachment import Attachment
 from daemons.bus import Bus, BusError
 from daemons.bus.config import BrokerAddress
 from daemons.debug import install_task_dump
-from daemons.gpus import cuda_env, visible_gpus
 from daemons.identity import Identity, node_name, open_bus
 from daemons.ledger_client import LedgerClient, Patience, Rejected
-from daemons.processes import install_stop_signals, program_environ
+from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.forkservers import ForkServers, fork_servers_enabled
-from daemons.swop.slpeers import SLPeer, merge_env, peer_spec
+from daemons.swop.slpeers import SLPeer, peer_spec
 from daemons.swop.swarm_trials import SwarmTrialRunner, SwarmTrialSetup
 from daemons.swop.trials import TrialRunner, TrialSetup, trial_slots
 from taskdefs import RunSwarmBody, RunTrialsBody, SlNodeDef, SwopProfile, TaskDefError, parse_task_body
@@ -282,6 +281,7 @@ class SwopNode:
             broker=bus.config.broker,
             network=self.options.network,
             sn_uid=self.ledger.sn,
+            forks=self.forks,
         )
 
     async def _python_for(self, info: dict[str, Any]) -> str:
@@ -302,7 +302,7 @@ class SwopNode:
         opts = self.options
         python = await self._python_for(info)
         nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)[: assignment.count]
-        forkservers = await self._fork_servers(python, body, nodes)
+        forkservers = await self.forks.for_nodes(python, opts.profile, body, nodes)
         bus = self.ledger.bus
         earlier = await self._run_before()
         async with asyncio.TaskGroup() as group:
@@ -333,25 +333,6 @@ class SwopNode:
                     )
                     continue
                 group.create_task(self._run_peer(SLPeer(spec)), name=f"swop.sl.{spec.uid}")
-
-    async def _fork_servers(
-        self, python: str, body: RunSwarmBody, nodes: list[SlNodeDef]
-    ) -> dict[int, str | None]:
-        """The fork server each node's SL may ask to start its program (``daemons/swop/forkservers.py``),
-        by node index: nodes whose programs would import torch in the same environment share one."""
-        profile = self.options.profile
-        base = merge_env(dict(os.environ), profile.envvars)
-        visible = await asyncio.to_thread(visible_gpus) if any(n.gpus is not None for n in nodes) else []
-        programs: dict[int, dict[str, str]] = {}
-        for slot, node in enumerate(nodes):  # the SL's environment and the program's, as the SL makes them
-            with contextlib.suppress(ValueError):  # a gpus option the SL will refuse
-                usr = {
-                    **merge_env(dict(body.envvars or []), node.usrenvvars),
-                    **cuda_env(node.gpus, slot, visible),
-                }
-                programs[node.idx] = program_environ(merge_env(base, node.slenvvars), usr)
-        common = program_environ(merge_env(base, body.envvars))
-        return await self.forks.sockets_for(python, common, programs)
 
     async def _run_before(self) -> dict[str, str]:
         """This SWOP's SLs of the assignment that the ledger has ``COMPLETED``, or running with their node

@@ -22,6 +22,7 @@ from typing import Any
 
 from daemons.bus.config import BrokerAddress
 from daemons.ledger_client import LedgerClient, Rejected
+from daemons.swop.forkservers import ForkServers
 from daemons.swop.slpeers import PeerSpec, SLPeer, peer_spec, sl_uid
 from daemons.swop.trials import (
     RESULT_FILE,
@@ -50,6 +51,7 @@ class SwarmTrialSetup:
     broker: BrokerAddress
     network: str
     sn_uid: str
+    forks: ForkServers | None = None  # the SWOP's fork servers, which start the trials' programs
 
 
 @dataclass(frozen=True)
@@ -147,8 +149,17 @@ class SwarmTrialRunner:
             self._wake.set()
 
     async def _run_nodes(self, claim: _Claim) -> _Part:
-        run_dir = self.setup.trials.run_root / f"trial-{claim.index:04d}" / f"attempt-{claim.attempt}"
-        specs = [self._spec(node, slot, claim, run_dir) for slot, node in enumerate(self.setup.nodes)]
+        setup = self.setup
+        run_dir = setup.trials.run_root / f"trial-{claim.index:04d}" / f"attempt-{claim.attempt}"
+        servers = {}
+        if setup.forks is not None:  # started by the first trial, warm for the next ones
+            servers = await setup.forks.for_nodes(
+                setup.trials.python, setup.profile, setup.trials.body, setup.nodes
+            )
+        specs = [
+            self._spec(node, slot, claim, run_dir, servers.get(node.idx))
+            for slot, node in enumerate(setup.nodes)
+        ]
         self._peers = [SLPeer(spec) for spec in specs]
         log.info(
             "trial %d (attempt %d) in contract %s: starting %d SL(s)",
@@ -169,7 +180,9 @@ class SwarmTrialRunner:
             return _Part("FAILED", code, f"node {peer.spec.uid}: {peer.describe_failure(code)}")
         return await asyncio.to_thread(_collect, specs, self.setup.trials.body.metric)
 
-    def _spec(self, node: SlNodeDef, slot: int, claim: _Claim, run_dir: Path) -> PeerSpec:
+    def _spec(
+        self, node: SlNodeDef, slot: int, claim: _Claim, run_dir: Path, forkserver: str | None
+    ) -> PeerSpec:
         setup, trials = self.setup, self.setup.trials
         node_dir = run_dir / sl_uid(node, setup.swop_uid)
         env = {name: env_text(value) for name, value in claim.params.items()}
@@ -194,6 +207,7 @@ class SwarmTrialRunner:
             python=trials.python,
             volumes=trials.volumes,
             ml_env=env,
+            forkserver=forkserver,
         )
 
     async def _run_peer(self, peer: SLPeer) -> int | None:
