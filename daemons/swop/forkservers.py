@@ -164,9 +164,11 @@ class ForkServers:
 
     @staticmethod
     async def _stop(server: _Server) -> None:
-        """SIGTERM: the server stops listening and ends once its programs have (the SLs were stopped
-        first); one still serving a program after ``STOP_WAIT_S`` is left to end with it."""
+        """Its stdin closed and SIGTERM: the server stops listening and ends once its programs have (the
+        SLs were stopped first); one still serving a program after ``STOP_WAIT_S`` is left to end with it."""
         proc = server.proc
+        if proc.stdin is not None:
+            proc.stdin.close()
         if proc.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
