@@ -6,6 +6,7 @@ real forks, a real SL-side client (``daemons/sl/forked.py``) and ``MLProcess``."
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -217,7 +218,9 @@ async def test_a_forked_program_is_the_program_a_fresh_interpreter_runs(server: 
     assert (fresh_code, forked_code) == (3, 3)
     fresh, forked, other = _probe(fresh_out), _probe(forked_out), _probe(other_out)
     del fresh["random"]
-    assert {k: v for k, v in forked.items() if k != "random"} == fresh
+    if importlib.util.find_spec("setproctitle") is None:  # a machine with our wheel alone (the GPU machine's)
+        del fresh["cmdline"]
+    assert {k: v for k, v in forked.items() if k in fresh} == fresh
     assert forked["path0"] == str(tmp_path / "src")  # the script's real directory, as the interpreter has it
     assert forked["env"] == {"PROBE_NODE": "n1"}
     assert forked["session"] and forked["group"] and forked["stdin"] == ""
