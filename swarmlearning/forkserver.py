@@ -227,7 +227,7 @@ class ForkServer:
                 return None
             return self._answer(conn, decode_request(body))
         except CodecError as exc:
-            conn.send({"refused": str(exc)})
+            conn.send({"op": "refused", "refused": str(exc)})
             self._forget(conn)
             return None
 
@@ -235,7 +235,7 @@ class ForkServer:
         conn.done = True
         why = self._refusal(request, conn)
         if why is not None:
-            conn.send({"refused": why})
+            conn.send({"op": "refused", "refused": why})
             self._forget(conn)
             return None
         out_fd = conn.fds.pop()
@@ -254,7 +254,7 @@ class ForkServer:
         os.close(ready_r)
         os.close(out_fd)
         self._children[pid] = conn
-        conn.send({"pid": pid})
+        conn.send({"op": "pid", "pid": pid})
         _say(f"started {' '.join(request.argv[1:])} as pid {pid} in {request.cwd}")
         return None
 
@@ -289,7 +289,7 @@ class ForkServer:
                 return
             conn = self._children.pop(pid, None)
             if conn is not None:
-                conn.send({"exit": os.waitstatus_to_exitcode(status)})
+                conn.send({"op": "exit", "exit": os.waitstatus_to_exitcode(status)})
                 self._forget(conn)
 
     def _stop_listening(self) -> None:

@@ -71,24 +71,32 @@ def test_a_request_round_trips_and_malformed_ones_are_refused() -> None:
     assert message_length(framed[: PREFIX.size]) == len(framed) - PREFIX.size
     assert decode_request(framed[PREFIX.size :]) == request
     for body in (
-        {"argv": [], "cwd": "/", "env": {}},
-        {"argv": ["p"], "cwd": "", "env": {}},
-        {"argv": ["p", 3], "cwd": "/", "env": {}},
-        {"argv": ["p"], "cwd": "/", "env": {"A=B": "1"}},
-        {"argv": ["p"], "cwd": "/", "env": {"A": "1"}, "more": 1},
-        [1, 2],
+        {"op": "fork", "argv": [], "cwd": "/", "env": {}},
+        {"op": "fork", "argv": ["p"], "cwd": "", "env": {}},
+        {"op": "fork", "argv": ["p", 3], "cwd": "/", "env": {}},
+        {"op": "fork", "argv": ["p"], "cwd": "/", "env": {"A=B": "1"}},
+        {"op": "fork", "argv": ["p"], "cwd": "/", "env": {"A": "1"}, "more": 1},
+        {"op": "run", "argv": ["p"], "cwd": "/", "env": {}},
     ):
         with pytest.raises(CodecError, match="fork request"):
-            decode_request(encode_message(body)[PREFIX.size :])  # type: ignore[arg-type]
-    with pytest.raises(CodecError, match="length"):
+            decode_request(encode_message(body)[PREFIX.size :])
+    with pytest.raises(CodecError, match="op"):
+        decode_request(encode_message({"argv": ["p"]})[PREFIX.size :])
+    with pytest.raises(CodecError, match="outside"):
         message_length(PREFIX.pack(0))
 
 
 def test_a_reply_is_a_pid_a_refusal_or_an_exit_status() -> None:
-    assert decode_reply(encode_message({"pid": 12})[PREFIX.size :]).pid == 12
-    assert decode_reply(encode_message({"exit": -15})[PREFIX.size :]).exit == -15
-    assert decode_reply(encode_message({"refused": "no"})[PREFIX.size :]).refused == "no"
-    for body in ({"pid": 0}, {"pid": 1, "exit": 0}, {"exit": "0"}, {}):
+    assert decode_reply(encode_message({"op": "pid", "pid": 12})[PREFIX.size :]).pid == 12
+    assert decode_reply(encode_message({"op": "exit", "exit": -15})[PREFIX.size :]).exit == -15
+    assert decode_reply(encode_message({"op": "refused", "refused": "no"})[PREFIX.size :]).refused == "no"
+    for body in (
+        {"op": "pid", "pid": 0},
+        {"op": "pid", "pid": 1, "exit": 0},
+        {"op": "exit", "exit": "0"},
+        {"op": "exit", "exit": True},
+        {"op": "done"},
+    ):
         with pytest.raises(CodecError, match="fork server reply"):
             decode_reply(encode_message(body)[PREFIX.size :])
 
@@ -279,7 +287,7 @@ def _raw_request(server: str, data: bytes, *, fds: int = 1) -> dict[str, Any]:
 async def test_bad_bytes_get_a_refusal_and_the_server_serves_on(server: str, tmp_path: Path) -> None:
     garbage = PREFIX.pack(5) + b"\xc1\xc1\xc1\xc1\xc1"
     assert "not valid msgpack" in str(_raw_request(server, garbage).get("refused"))
-    assert "length" in str(_raw_request(server, PREFIX.pack(1 << 30)).get("refused"))
+    assert "outside" in str(_raw_request(server, PREFIX.pack(1 << 30)).get("refused"))
     argv, cwd, env = _program(tmp_path, "probe.py", PROBE)
     two = _raw_request(server, ForkRequest(tuple(argv), cwd, env).encode(), fds=2)
     assert "one file descriptor" in str(two.get("refused"))

@@ -60,6 +60,9 @@ from taskdefs import TaskDefError
 from taskdefs.profile import parse_swop_profile
 from taskdefs.task import parse_task_definition
 from wire import CodecError, decode_envelope, encode_envelope, make_envelope
+from wire.forks import ForkRequest, encode_message, message_length
+from wire.forks import decode_reply as decode_fork_reply
+from wire.forks import decode_request as decode_request_to_fork
 from wire.frames import decode_header, encode_frame_head, header_length, layout_from_wire, payload_size
 from wire.limits import packb
 from wire.tensors import (
@@ -346,6 +349,34 @@ def test_data_plane_replies_decode_or_raise_codec_errors(data: bytes) -> None:
         length = header_length(data[:4].ljust(4, b"\0"))
         manifest, _ = decode_reply(data[4 : 4 + length], max_total=1 << 20)
         assert manifest.total <= 1 << 20
+
+
+# ------------------------------------------------------------------------------- the fork server
+
+FORK_REQUEST = ForkRequest(("/usr/bin/python3", "model.py", "--x"), "/tmp", {"A": "1", "LANG": "C"}).encode()
+FORK_REPLIES = [encode_message(body) for body in ({"op": "pid", "pid": 42}, {"op": "exit", "exit": -15})]
+
+
+@FUZZ
+@given(st.binary(max_size=300) | mutated(FORK_REQUEST))
+@target("fork server: requests from SLs")
+def test_fork_requests_decode_or_raise_codec_errors(data: bytes) -> None:
+    with contextlib.suppress(CodecError):
+        length = message_length(data[:4].ljust(4, b"\0"))
+        request = decode_request_to_fork(data[4 : 4 + length])
+        assert request.argv
+        assert all("\0" not in arg for arg in request.argv)
+        assert all(isinstance(value, str) for value in request.env.values())
+
+
+@FUZZ
+@given(st.binary(max_size=100) | st.sampled_from(FORK_REPLIES).flatmap(mutated))
+@target("fork server: its replies to an SL")
+def test_fork_replies_decode_or_raise_codec_errors(data: bytes) -> None:
+    with contextlib.suppress(CodecError):
+        length = message_length(data[:4].ljust(4, b"\0"))
+        reply = decode_fork_reply(data[4 : 4 + length])
+        assert sum(field is not None for field in (reply.pid, reply.refused, reply.exit)) == 1
 
 
 # ------------------------------------------------------------------------------------------- files

@@ -1,10 +1,11 @@
 """Messages on the ML fork server's socket: a request to start a program, and the server's replies.
 
-Every message is ``u32 length | msgpack map``. A request ``{argv, cwd, env}`` comes with one file
+Every message is a frame of the local socket without payload (``wire/frames.py``: ``u32 length |
+msgpack header`` with its ``op``). A request ``{op: "fork", argv, cwd, env}`` comes with one file
 descriptor attached (``SCM_RIGHTS``): the write end of the pipe the program's stdout and stderr go to.
-The server answers on the same connection with ``{"pid": N}`` (the program runs) or ``{"refused":
-reason}`` (the caller starts it itself), and after ``pid``, once the program has ended, ``{"exit":
-code}`` (``-N`` when signal N ended it, as ``asyncio`` reports a child's status).
+The server answers on the same connection with ``{op: "pid", pid: N}`` (the program runs) or ``{op:
+"refused", refused: reason}`` (the caller starts it itself), and after ``pid``, once the program has
+ended, ``{op: "exit", exit: code}`` (``-N`` when signal N ended it, as ``asyncio`` reports it).
 
 Before it listens, the server describes itself in ``<socket>.json`` (``ServerSpec``: its interpreter
 and the variables of its environment read at import time), so that a caller can tell at once, with
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,11 +24,11 @@ from typing import Any
 
 from wire.errors import CodecError
 from wire.files import read_bounded
-from wire.limits import packb, unpackb
+from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length
 
 __all__ = [
     "IMPORT_TIME",
-    "MAX_FORK_MESSAGE_BYTES",
+    "MAX_SPEC_BYTES",
     "PREFIX",
     "ForkReply",
     "ForkRequest",
@@ -42,8 +42,8 @@ __all__ = [
     "split_python_argv",
 ]
 
-PREFIX = struct.Struct("!I")
-MAX_FORK_MESSAGE_BYTES = 4 << 20  # an environment of a few thousand variables
+PREFIX = HEADER_PREFIX
+MAX_SPEC_BYTES = 1 << 20
 
 # Environment variables read at interpreter start or while torch, numpy and their libraries are imported:
 # a child whose value differs from the server's would not be the program a fresh interpreter runs.
@@ -83,7 +83,7 @@ class ServerSpec:
     def read(cls, path: Path) -> ServerSpec:
         """From ``path``; OSError when it is not there, CodecError when it is not a spec."""
         try:
-            body = json.loads(read_bounded(path, MAX_FORK_MESSAGE_BYTES))
+            body = json.loads(read_bounded(path, MAX_SPEC_BYTES))
         except ValueError as exc:
             raise CodecError(f"fork server spec {path}: not JSON ({exc})") from None
         env = body.get("env") if isinstance(body, dict) else None
@@ -113,7 +113,7 @@ class ForkRequest:
 
     def encode(self) -> bytes:
         """The request as one framed message."""
-        return encode_message({"argv": list(self.argv), "cwd": self.cwd, "env": self.env})
+        return encode_message({"op": "fork", "argv": list(self.argv), "cwd": self.cwd, "env": self.env})
 
 
 @dataclass(frozen=True)
@@ -126,17 +126,13 @@ class ForkReply:
 
 
 def encode_message(body: dict[str, Any]) -> bytes:
-    """``body`` framed: its length, then its msgpack."""
-    data = packb(body)
-    return PREFIX.pack(len(data)) + data
+    """``body`` (with its ``op``) as a frame without payload."""
+    return encode_frame_head(body)
 
 
 def message_length(prefix: bytes) -> int:
     """The length a 4-byte prefix announces, bounded."""
-    (length,) = PREFIX.unpack(prefix)
-    if not 0 < length <= MAX_FORK_MESSAGE_BYTES:
-        raise CodecError(f"fork server message: length {length} is outside 1..{MAX_FORK_MESSAGE_BYTES}")
-    return int(length)
+    return header_length(prefix)
 
 
 def _strings(value: Any, what: str) -> list[str]:
@@ -147,9 +143,9 @@ def _strings(value: Any, what: str) -> list[str]:
 
 def decode_request(data: bytes) -> ForkRequest:
     """A request's body, checked; CodecError says which field is wrong."""
-    body = unpackb(data, what="fork request", max_bytes=MAX_FORK_MESSAGE_BYTES)
-    if not isinstance(body, dict) or set(body) != {"argv", "cwd", "env"}:
-        raise CodecError("fork request: expected a map of argv, cwd and env")
+    body = decode_header(data)
+    if body["op"] != "fork" or set(body) != {"op", "nbytes", "argv", "cwd", "env"} or body["nbytes"]:
+        raise CodecError("fork request: expected op 'fork' with argv, cwd and env, and no payload")
     argv = _strings(body["argv"], "argv")
     if not argv or any("\0" in arg for arg in argv):
         raise CodecError("fork request: argv must name a program and hold no NUL bytes")
@@ -165,14 +161,15 @@ def decode_request(data: bytes) -> ForkRequest:
 
 def decode_reply(data: bytes) -> ForkReply:
     """A reply's body, checked; CodecError when it is none of ``pid``, ``refused`` and ``exit``."""
-    body = unpackb(data, what="fork server reply", max_bytes=MAX_FORK_MESSAGE_BYTES)
-    if isinstance(body, dict) and len(body) == 1:
-        ((key, value),) = body.items()
-        if key == "pid" and type(value) is int and value > 0:
+    body = decode_header(data)
+    op = body["op"]
+    value = body.get(op)
+    if set(body) == {"op", "nbytes", op}:
+        if op == "pid" and type(value) is int and value > 0:
             return ForkReply(pid=value)
-        if key == "refused" and isinstance(value, str):
+        if op == "refused" and isinstance(value, str):
             return ForkReply(refused=value)
-        if key == "exit" and type(value) is int:
+        if op == "exit" and type(value) is int:
             return ForkReply(exit=value)
     raise CodecError(f"fork server reply: expected pid, refused or exit, got {body!r:.200}")
 
