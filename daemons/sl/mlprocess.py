@@ -88,8 +88,8 @@ class MLProcess:
         """Start the program (a new process group, so a stop reaches its children too)."""
         env = program_environ(os.environ, self.spec.env, extra_env)
         argv = self.spec.argv()
-        server = os.environ.get(FORKSERVER_ENV)
-        if server and self.spec.nproc == 1 and await self._fork(server, argv, env):
+        server = os.environ.get(FORKSERVER_ENV, "")  # a socket's path; "0" (a SWOP's off switch) is none
+        if os.path.isabs(server) and self.spec.nproc == 1 and await self._fork(server, argv, env):
             return
         log.info("starting ML program: %s (in %s)", shlex.join(argv), self.spec.cwd)
         try:
