@@ -348,6 +348,13 @@ async def test_an_sl_forks_its_program_and_starts_it_itself_when_refused_or_alon
         assert await ml.wait() == 0
         assert list(ml.tail) == ["hello node"]
         assert said in caplog.text
+    await _let_transports_close()
+
+
+async def _let_transports_close() -> None:
+    """asyncio closes a subprocess's transport a few callbacks after its pipes ended; a test's loop closed
+    before that leaves the transport to the garbage collector, which then complains in another test."""
+    await asyncio.sleep(0.1)
 
 
 async def test_a_swop_keeps_a_server_for_each_import_time_environment_of_its_programs() -> None:
@@ -370,3 +377,4 @@ async def test_a_swop_keeps_a_server_for_each_import_time_environment_of_its_pro
     assert not await asyncio.to_thread(os.path.exists, path)
     async with ForkServers(enabled=False) as forks:
         assert await forks.sockets_for(sys.executable, common, programs) == dict.fromkeys(programs)
+    await _let_transports_close()
