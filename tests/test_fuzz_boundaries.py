@@ -60,7 +60,7 @@ from taskdefs import TaskDefError
 from taskdefs.profile import parse_swop_profile
 from taskdefs.task import parse_task_definition
 from wire import CodecError, decode_envelope, encode_envelope, make_envelope
-from wire.forks import ForkRequest, encode_message, message_length
+from wire.forks import ForkRequest, encode_message
 from wire.forks import decode_reply as decode_fork_reply
 from wire.forks import decode_request as decode_request_to_fork
 from wire.frames import decode_header, encode_frame_head, header_length, layout_from_wire, payload_size
@@ -304,6 +304,13 @@ def test_manifests_are_checked_or_refused(body: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------ the local socket
 
+
+def framed_body(data: bytes) -> bytes:
+    """What a reader of length-prefixed frames (``wire/frames.py``) takes after the prefix: as many bytes
+    as it announces (CodecError when it announces too many), of those that are there."""
+    return data[4 : 4 + header_length(data[:4].ljust(4, b"\0"))]
+
+
 FRAME = encode_frame_head({"op": "sync", "layout": [["w", "float32", [2, 2], 0, 16]], "samples": 8}, 16)
 
 
@@ -312,8 +319,7 @@ FRAME = encode_frame_head({"op": "sync", "layout": [["w", "float32", [2, 2], 0, 
 @target("local socket: frames from the ML program")
 def test_frames_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
-        length = header_length(data[:4].ljust(4, b"\0"))
-        header = decode_header(data[4 : 4 + length])
+        header = decode_header(framed_body(data))
         size = payload_size(header)
         layout_from_wire(header.get("layout"), size, what="fuzz")
 
@@ -333,8 +339,7 @@ DP_REPLY = encode_frame_head({"op": "state", "manifest": MANIFEST}, MANIFEST["to
 @target("data plane: requests from peers")
 def test_data_plane_requests_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
-        length = header_length(data[:4].ljust(4, b"\0"))
-        request = decode_request(data[4 : 4 + length], max_offer=1 << 20)
+        request = decode_request(framed_body(data), max_offer=1 << 20)
         assert request.sender
         asked = [request.digest is not None, request.round is not None, request.offer is not None]
         assert sum(asked) == 1 and (request.round is None) == (request.contract is None)
@@ -346,8 +351,7 @@ def test_data_plane_requests_decode_or_raise_codec_errors(data: bytes) -> None:
 @target("data plane: replies of peers")
 def test_data_plane_replies_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
-        length = header_length(data[:4].ljust(4, b"\0"))
-        manifest, _ = decode_reply(data[4 : 4 + length], max_total=1 << 20)
+        manifest, _ = decode_reply(framed_body(data), max_total=1 << 20)
         assert manifest.total <= 1 << 20
 
 
@@ -362,8 +366,7 @@ FORK_REPLIES = [encode_message(body) for body in ({"op": "pid", "pid": 42}, {"op
 @target("fork server: requests from SLs")
 def test_fork_requests_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
-        length = message_length(data[:4].ljust(4, b"\0"))
-        request = decode_request_to_fork(data[4 : 4 + length])
+        request = decode_request_to_fork(framed_body(data))
         assert request.argv
         assert all("\0" not in arg for arg in request.argv)
         assert all(isinstance(value, str) for value in request.env.values())
@@ -374,8 +377,7 @@ def test_fork_requests_decode_or_raise_codec_errors(data: bytes) -> None:
 @target("fork server: its replies to an SL")
 def test_fork_replies_decode_or_raise_codec_errors(data: bytes) -> None:
     with contextlib.suppress(CodecError):
-        length = message_length(data[:4].ljust(4, b"\0"))
-        reply = decode_fork_reply(data[4 : 4 + length])
+        reply = decode_fork_reply(framed_body(data))
         assert sum(field is not None for field in (reply.pid, reply.refused, reply.exit)) == 1
 
 
