@@ -120,8 +120,9 @@ class _Connection:
 class ForkServer:
     """Accepts requests on a unix socket and forks a child for each one it can start."""
 
-    def __init__(self, path: str, *, watch_stdin: bool = False) -> None:
+    def __init__(self, path: str, *, watch_stdin: bool = False, remove_dir: bool = False) -> None:
         self.path = path
+        self._remove_dir = remove_dir
         self.spec = ServerSpec.of(sys.executable, os.environ)
         self._watch_stdin = watch_stdin
         self._selector = selectors.DefaultSelector()
@@ -301,6 +302,9 @@ class ForkServer:
             for path in (self.path, ServerSpec.path_for(self.path)):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
+            if self._remove_dir:  # the last of a SWOP's servers to stop takes its private folder along
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.dirname(self.path))
 
     # ------------------------------------------------------------------------------ child
     def _become_child(self) -> None:
@@ -437,11 +441,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--watch-stdin", action="store_true", help="stop when stdin ends (the parent is gone)"
     )
+    parser.add_argument(
+        "--remove-dir", action="store_true", help="remove the socket's folder at the end if it is empty"
+    )
     args = parser.parse_args(argv)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # what a careless parent left open, no child of ours gets
     with contextlib.suppress(ImportError):  # for _title(); an environment without it shows ours
         importlib.import_module("setproctitle")
-    server = ForkServer(args.socket, watch_stdin=args.watch_stdin)
+    server = ForkServer(args.socket, watch_stdin=args.watch_stdin, remove_dir=args.remove_dir)
     server.listen()
     _say(f"listening on {args.socket}")
     _preload([name for name in args.preload.split(",") if name])

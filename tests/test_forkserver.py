@@ -158,10 +158,13 @@ def test_a_programs_environment_leaves_out_what_the_daemons_set_for_themselves()
 
 
 # -------------------------------------------------------------------------------------- the server
-def _start_server(path: Path, *, preload: str, watch_stdin: bool = False) -> subprocess.Popen[str]:
+def _start_server(
+    path: Path, *, preload: str, watch_stdin: bool = False, remove_dir: bool = False
+) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "swarmlearning.forkserver", "--socket", str(path), "--preload", preload]
+    argv += ["--watch-stdin"] * watch_stdin + ["--remove-dir"] * remove_dir
     proc = subprocess.Popen(
-        [*argv, *(["--watch-stdin"] if watch_stdin else [])],
+        argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -321,12 +324,14 @@ async def test_a_stopped_server_lets_its_program_end_and_reports_it(tmp_path: Pa
     assert "fork server: stopped" in _stop_server(proc)
 
 
-def test_a_server_whose_parent_is_gone_stops(tmp_path: Path) -> None:
-    proc = _start_server(tmp_path / "fs.sock", preload="", watch_stdin=True)
+def test_a_server_whose_parent_is_gone_stops_and_takes_its_folder_along(tmp_path: Path) -> None:
+    folder = tmp_path / "forks"
+    folder.mkdir()
+    proc = _start_server(folder / "fs.sock", preload="", watch_stdin=True, remove_dir=True)
     assert proc.stdin is not None
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
-    assert not (tmp_path / "fs.sock").exists()
+    assert not folder.exists()  # a SWOP killed at once leaves no folder behind
 
 
 # -------------------------------------------------------------------------- the SL's and the SWOP's

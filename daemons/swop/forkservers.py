@@ -126,7 +126,7 @@ class ForkServers:
         if self._dir is None:  # short (a unix socket's path has at most 107 bytes) and ours alone (0700)
             self._dir = Path(tempfile.mkdtemp(prefix="swarm-forks-"))
         path = str(self._dir / f"{key}.sock")
-        argv = [python, "-m", "swarmlearning.forkserver", "--socket", path, "--watch-stdin"]
+        argv = [python, "-m", "swarmlearning.forkserver", "--socket", path, "--watch-stdin", "--remove-dir"]
         proc = await asyncio.create_subprocess_exec(
             *argv,
             env=dict(env),
