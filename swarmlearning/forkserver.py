@@ -134,7 +134,8 @@ class ForkServer:
 
     # ----------------------------------------------------------------------------- parent
     def listen(self) -> None:
-        """Describe this server (``ServerSpec``), bind its socket (for this user only), take signals."""
+        """Describe this server (``ServerSpec``) and bind its socket (for this user only). Until ``serve``,
+        while the preloads are imported, SIGTERM ends the server at once, as it would any interpreter."""
         old_mask = os.umask(0o177)
         try:
             self.spec.write(ServerSpec.path_for(self.path))
@@ -154,9 +155,6 @@ class ForkServer:
         self._selector.register(listener, selectors.EVENT_READ, "listener")
         os.set_blocking(self._wake_w, False)
         os.set_blocking(self._wake_r, False)
-        signal.set_wakeup_fd(self._wake_w)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
         self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         if self._watch_stdin:  # the SWOP holds our stdin: its end means the SWOP is gone
             self._selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
@@ -167,6 +165,9 @@ class ForkServer:
 
     def serve(self) -> Program | None:
         """Serve until stopped and every child has ended (None); in a child, return its program."""
+        signal.set_wakeup_fd(self._wake_w)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
         while not (self._stopping and not self._children):
             for key, _ in self._selector.select():
                 program = self._on_ready(key)

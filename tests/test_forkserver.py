@@ -324,6 +324,12 @@ async def test_a_stopped_server_lets_its_program_end_and_reports_it(tmp_path: Pa
     assert "fork server: stopped" in _stop_server(proc)
 
 
+def test_a_server_stopped_while_it_imports_ends_at_once(tmp_path: Path) -> None:
+    proc = _start_server(tmp_path / "fs.sock", preload="numpy,torch,torch._dynamo")
+    proc.send_signal(signal.SIGTERM)  # it has only just begun to import torch
+    assert proc.wait(timeout=5) == -signal.SIGTERM  # no program to wait for: not after the imports
+
+
 def test_a_server_whose_parent_is_gone_stops_and_takes_its_folder_along(tmp_path: Path) -> None:
     folder = tmp_path / "forks"
     folder.mkdir()
