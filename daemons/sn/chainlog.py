@@ -35,7 +35,19 @@ _LEASE_KEY = "sealer"
 JETSTREAM_READY_WAIT = 30.0  # seconds an SN waits at its start for a cluster's JetStream to answer
 _READY_RETRY = 1.0
 _WRONG_LAST_SEQUENCE = 10071
+_NO_PEERS_FOR_PLACEMENT = 10005  # JetStream's "no suitable peers for placement": a node has not joined yet
+
+
+class _NotReadyError(TimeoutError):
+    """The cluster answered, but is still forming: a stream without a leader, a node not joined yet."""
+
+
 PING_INTERVAL = 2.0  # seconds between pings of the NATS node the SN uses (2 unanswered: another node)
+
+
+def _still_forming(exc: nats.js.errors.APIError) -> bool:
+    """Whether JetStream refused because its cluster is still forming (it says so by these errors)."""
+    return isinstance(exc, nats.js.errors.ServiceUnavailableError) or exc.err_code == _NO_PEERS_FOR_PLACEMENT
 
 
 def failure_text(exc: BaseException) -> str:
@@ -123,17 +135,20 @@ class ChainLog:
 
     async def _set_up(self) -> None:
         """The chain's stream and the lease bucket, made when missing. A cluster that has just started
-        answers JetStream requests only once its nodes have chosen a leader for its metadata: until
-        then a request times out or is refused as unavailable, and is sent again, for up to
-        ``JETSTREAM_READY_WAIT`` seconds."""
+        answers JetStream requests only once its nodes have chosen a leader for its metadata, places
+        a replicated stream only once enough nodes have joined, and takes its messages only once the
+        stream has a leader: until then a request times out, is refused as unavailable or for want of
+        peers, or finds the stream leaderless, and is sent again, for up to ``JETSTREAM_READY_WAIT``
+        seconds."""
         deadline = time.monotonic() + JETSTREAM_READY_WAIT
         while True:
             try:
                 await self._ensure_stream()
                 self._kv = await self._ensure_lease_bucket()
                 return
-            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
-                if time.monotonic() + _READY_RETRY > deadline:
+            except (TimeoutError, nats.js.errors.APIError) as exc:  # nats' timeouts and _NotReadyError too
+                forming = not isinstance(exc, nats.js.errors.APIError) or _still_forming(exc)
+                if not forming or time.monotonic() + _READY_RETRY > deadline:
                     raise
                 log.warning("the NATS cluster's JetStream does not answer yet (%s); asking again", exc)
                 await asyncio.sleep(_READY_RETRY)
@@ -148,9 +163,11 @@ class ChainLog:
             allow_direct=True,
         )
         try:
-            await self.js.stream_info(self.stream)
+            info = await self.js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
-            await self.js.add_stream(config)
+            info = await self.js.add_stream(config)
+        if info.cluster is not None and not info.cluster.leader:
+            raise _NotReadyError(f"the stream {self.stream} has no leader yet")
 
     async def _ensure_lease_bucket(self) -> KeyValue:
         try:
