@@ -41,16 +41,8 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 
 from wire.errors import CodecError
-from wire.forks import (
-    PREFIX,
-    ForkRequest,
-    ServerSpec,
-    decode_request,
-    encode_message,
-    message_length,
-    refusal,
-    split_python_argv,
-)
+from wire.forks import ForkRequest, ServerSpec, decode_request, refusal, split_python_argv
+from wire.frames import HEADER_PREFIX, encode_frame_head, header_length
 
 __all__ = ["PRELOAD", "ForkServer", "Program", "main", "run_program"]
 
@@ -96,16 +88,15 @@ class _Connection:
 
     def request(self) -> bytes | None:
         """The request's body once it is all here."""
-        if len(self.data) < PREFIX.size:
+        if len(self.data) < HEADER_PREFIX.size:
             return None
-        length = message_length(bytes(self.data[: PREFIX.size]))
-        end = PREFIX.size + length
-        return bytes(self.data[PREFIX.size : end]) if len(self.data) >= end else None
+        end = HEADER_PREFIX.size + header_length(bytes(self.data[: HEADER_PREFIX.size]))
+        return bytes(self.data[HEADER_PREFIX.size : end]) if len(self.data) >= end else None
 
     def send(self, body: dict[str, object]) -> None:
         """A reply; a connection that cannot take it any more is closed."""
         try:
-            self.sock.sendall(encode_message(body))
+            self.sock.sendall(encode_frame_head(body))
         except OSError:
             self.close()
 
@@ -136,16 +127,12 @@ class ForkServer:
     def listen(self) -> None:
         """Describe this server (``ServerSpec``) and bind its socket (for this user only). Until ``serve``,
         while the preloads are imported, SIGTERM ends the server at once, as it would any interpreter."""
-        old_mask = os.umask(0o177)
-        try:
-            self.spec.write(ServerSpec.path_for(self.path))
-        finally:
-            os.umask(old_mask)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_mask = os.umask(0o177)
         try:
+            self.spec.write(ServerSpec.path_for(self.path))
             listener.bind(self.path)
         finally:
             os.umask(old_mask)

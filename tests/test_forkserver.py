@@ -26,15 +26,13 @@ from daemons.sl.mlprocess import MLProcess, MLSpec
 from daemons.swop.forkservers import ForkServers, fork_servers_enabled
 from wire.errors import CodecError
 from wire.forks import (
-    PREFIX,
     ForkRequest,
     ServerSpec,
     decode_reply,
     decode_request,
-    encode_message,
-    message_length,
     refusal,
 )
+from wire.frames import HEADER_PREFIX, encode_frame_head, header_length
 
 PROBE = """\
 import json, logging, os, random, signal, sys, threading
@@ -68,8 +66,8 @@ LIMIT = 1 << 20
 def test_a_request_round_trips_and_malformed_ones_are_refused() -> None:
     request = ForkRequest(("/usr/bin/python3", "a.py", "x"), "/tmp", {"A": "1"})
     framed = request.encode()
-    assert message_length(framed[: PREFIX.size]) == len(framed) - PREFIX.size
-    assert decode_request(framed[PREFIX.size :]) == request
+    assert header_length(framed[: HEADER_PREFIX.size]) == len(framed) - HEADER_PREFIX.size
+    assert decode_request(framed[HEADER_PREFIX.size :]) == request
     for body in (
         {"op": "fork", "argv": [], "cwd": "/", "env": {}},
         {"op": "fork", "argv": ["p"], "cwd": "", "env": {}},
@@ -79,17 +77,20 @@ def test_a_request_round_trips_and_malformed_ones_are_refused() -> None:
         {"op": "run", "argv": ["p"], "cwd": "/", "env": {}},
     ):
         with pytest.raises(CodecError, match="fork request"):
-            decode_request(encode_message(body)[PREFIX.size :])
+            decode_request(encode_frame_head(body)[HEADER_PREFIX.size :])
     with pytest.raises(CodecError, match="op"):
-        decode_request(encode_message({"argv": ["p"]})[PREFIX.size :])
+        decode_request(encode_frame_head({"argv": ["p"]})[HEADER_PREFIX.size :])
     with pytest.raises(CodecError, match="outside"):
-        message_length(PREFIX.pack(0))
+        header_length(HEADER_PREFIX.pack(0))
 
 
 def test_a_reply_is_a_pid_a_refusal_or_an_exit_status() -> None:
-    assert decode_reply(encode_message({"op": "pid", "pid": 12})[PREFIX.size :]).pid == 12
-    assert decode_reply(encode_message({"op": "exit", "exit": -15})[PREFIX.size :]).exit == -15
-    assert decode_reply(encode_message({"op": "refused", "refused": "no"})[PREFIX.size :]).refused == "no"
+    assert decode_reply(encode_frame_head({"op": "pid", "pid": 12})[HEADER_PREFIX.size :]).pid == 12
+    assert decode_reply(encode_frame_head({"op": "exit", "exit": -15})[HEADER_PREFIX.size :]).exit == -15
+    assert (
+        decode_reply(encode_frame_head({"op": "refused", "refused": "no"})[HEADER_PREFIX.size :]).refused
+        == "no"
+    )
     for body in (
         {"op": "pid", "pid": 0},
         {"op": "pid", "pid": 1, "exit": 0},
@@ -98,7 +99,7 @@ def test_a_reply_is_a_pid_a_refusal_or_an_exit_status() -> None:
         {"op": "done"},
     ):
         with pytest.raises(CodecError, match="fork server reply"):
-            decode_reply(encode_message(body)[PREFIX.size :])
+            decode_reply(encode_frame_head(body)[HEADER_PREFIX.size :])
 
 
 @pytest.mark.parametrize(
@@ -276,10 +277,10 @@ def _raw_request(server: str, data: bytes, *, fds: int = 1) -> dict[str, Any]:
             sock.settimeout(30)
             sock.connect(server)
             socket.send_fds(sock, [data], [write_fd] * fds)
-            head = sock.recv(PREFIX.size)
+            head = sock.recv(HEADER_PREFIX.size)
             if not head:
                 return {}
-            body = sock.recv(message_length(head))
+            body = sock.recv(header_length(head))
             reply = decode_reply(body)
             return {k: v for k, v in vars(reply).items() if v is not None}
     finally:
@@ -288,15 +289,15 @@ def _raw_request(server: str, data: bytes, *, fds: int = 1) -> dict[str, Any]:
 
 
 async def test_bad_bytes_get_a_refusal_and_the_server_serves_on(server: str, tmp_path: Path) -> None:
-    garbage = PREFIX.pack(5) + b"\xc1\xc1\xc1\xc1\xc1"
+    garbage = HEADER_PREFIX.pack(5) + b"\xc1\xc1\xc1\xc1\xc1"
     assert "not valid msgpack" in str(_raw_request(server, garbage).get("refused"))
-    assert "outside" in str(_raw_request(server, PREFIX.pack(1 << 30)).get("refused"))
+    assert "outside" in str(_raw_request(server, HEADER_PREFIX.pack(1 << 30)).get("refused"))
     argv, cwd, env = _program(tmp_path, "probe.py", PROBE)
     two = _raw_request(server, ForkRequest(tuple(argv), cwd, env).encode(), fds=2)
     assert "one file descriptor" in str(two.get("refused"))
     with socket.socket(socket.AF_UNIX) as sock:  # a client that goes away halfway through
         sock.connect(server)
-        sock.sendall(PREFIX.pack(100) + b"\x80")
+        sock.sendall(HEADER_PREFIX.pack(100) + b"\x80")
     out, code = await _forked(server, [*argv, "0"], cwd, env)
     assert code == 0
     assert _probe(out)["env"] == {"PROBE_NODE": "n1"}

@@ -60,7 +60,7 @@ from taskdefs import TaskDefError
 from taskdefs.profile import parse_swop_profile
 from taskdefs.task import parse_task_definition
 from wire import CodecError, decode_envelope, encode_envelope, make_envelope
-from wire.forks import ForkRequest, encode_message
+from wire.forks import ForkRequest
 from wire.forks import decode_reply as decode_fork_reply
 from wire.forks import decode_request as decode_request_to_fork
 from wire.frames import decode_header, encode_frame_head, header_length, layout_from_wire, payload_size
@@ -358,7 +358,7 @@ def test_data_plane_replies_decode_or_raise_codec_errors(data: bytes) -> None:
 # ------------------------------------------------------------------------------- the fork server
 
 FORK_REQUEST = ForkRequest(("/usr/bin/python3", "model.py", "--x"), "/tmp", {"A": "1", "LANG": "C"}).encode()
-FORK_REPLIES = [encode_message(body) for body in ({"op": "pid", "pid": 42}, {"op": "exit", "exit": -15})]
+FORK_REPLIES = [encode_frame_head(body) for body in ({"op": "pid", "pid": 42}, {"op": "exit", "exit": -15})]
 
 
 @FUZZ

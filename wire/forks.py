@@ -24,25 +24,21 @@ from typing import Any
 
 from wire.errors import CodecError
 from wire.files import read_bounded
-from wire.frames import HEADER_PREFIX, decode_header, encode_frame_head, header_length
+from wire.frames import decode_header, encode_frame_head
 
 __all__ = [
     "IMPORT_TIME",
     "MAX_SPEC_BYTES",
-    "PREFIX",
     "ForkReply",
     "ForkRequest",
     "ServerSpec",
     "decode_reply",
     "decode_request",
-    "encode_message",
     "import_time",
-    "message_length",
     "refusal",
     "split_python_argv",
 ]
 
-PREFIX = HEADER_PREFIX
 MAX_SPEC_BYTES = 1 << 20
 
 # Environment variables read at interpreter start or while torch, numpy and their libraries are imported:
@@ -113,7 +109,7 @@ class ForkRequest:
 
     def encode(self) -> bytes:
         """The request as one framed message."""
-        return encode_message({"op": "fork", "argv": list(self.argv), "cwd": self.cwd, "env": self.env})
+        return encode_frame_head({"op": "fork", "argv": list(self.argv), "cwd": self.cwd, "env": self.env})
 
 
 @dataclass(frozen=True)
@@ -123,16 +119,6 @@ class ForkReply:
     pid: int | None = None
     refused: str | None = None
     exit: int | None = None
-
-
-def encode_message(body: dict[str, Any]) -> bytes:
-    """``body`` (with its ``op``) as a frame without payload."""
-    return encode_frame_head(body)
-
-
-def message_length(prefix: bytes) -> int:
-    """The length a 4-byte prefix announces, bounded."""
-    return header_length(prefix)
 
 
 def _strings(value: Any, what: str) -> list[str]:

@@ -15,7 +15,8 @@ import socket
 from pathlib import Path
 
 from wire.errors import CodecError
-from wire.forks import PREFIX, ForkReply, ForkRequest, ServerSpec, decode_reply, message_length, refusal
+from wire.forks import ForkReply, ForkRequest, ServerSpec, decode_reply, refusal
+from wire.frames import HEADER_PREFIX, header_length
 
 __all__ = ["ANSWER_TIMEOUT_S", "ForkRefusedError", "ForkedProgram", "start_forked"]
 
@@ -93,7 +94,7 @@ async def _gone(pid: int) -> None:
 
 
 async def _read_reply(reader: asyncio.StreamReader) -> ForkReply:
-    length = message_length(await reader.readexactly(PREFIX.size))
+    length = header_length(await reader.readexactly(HEADER_PREFIX.size))
     return decode_reply(await reader.readexactly(length))
 
 
