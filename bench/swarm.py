@@ -6,6 +6,8 @@ train on 4 private sets (the bundled digits, shifted and noised, 28x28; MNIST ca
 
 - alone: the 4 programs with ``SWARM_LOOPBACK=true``, started together;
 - swarm: ``swarm sn`` + 4 standalone ``swarm sl`` running the same program, at syncFrequency 128 and 8;
+  the SLs ask one fork server to start their programs, as a SWOP's SLs do (``swarmlearning/forkserver.py``:
+  torch imported once, so the 4 programs start together; ``--no-fork-server``: each SL starts its own);
 - overlapped: the same with ``SWARM_OVERLAP_SYNC=true`` (training goes on while the swarm merges; each
   merge reaches the model one sync later: ``swarmlearning/client/swarm.py``), its accuracy beside it.
 
@@ -39,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import ROOT, bench_parser, make_row, positive_int, print_rows
 from bench.processes import Processes, children_cpu_seconds
-from bench.swarm_setup import start_sl, start_sn
+from bench.swarm_setup import forked_programs, start_fork_server, start_sl, start_sn
 from daemons.sl.roundtimes import parse_steps
 from swarmlearning.client.swarm import EXCHANGE_PARTS
 
@@ -62,6 +64,7 @@ class Run:
     wall_s: float
     cpu_s: float
     steps: dict[str, float] | None = None
+    forked: int | None = None  # under the swarm: how many programs a fork server started
 
 
 @dataclass(frozen=True)
@@ -134,24 +137,34 @@ def run_alone(work: Path, program: Path, size: Size) -> Run:
     return Run(results, wall, children_cpu_seconds() - cpu)
 
 
-def run_swarm(work: Path, program: Path, size: Size, sync_frequency: int, *, overlap: bool = False) -> Run:
-    """SN + 4 standalone SLs running ``program``; wall time from the SLs' start, CPU time of all (SN too)."""
+def run_swarm(
+    work: Path,
+    program: Path,
+    size: Size,
+    sync_frequency: int,
+    *,
+    overlap: bool = False,
+    fork_server: bool = True,
+) -> Run:
+    """SN + 4 standalone SLs running ``program``; wall time from the SLs' start, CPU time of all (SN too).
+    ``fork_server``: the SLs ask one fork server to start their programs, as a SWOP's SLs do (the
+    server's start and torch import are in the wall time and CPU)."""
     dirs = _write_data(work, size)
+    envs = [
+        {**_env(size, sync_frequency, d), **({"SWARM_OVERLAP_SYNC": "true"} if overlap else {})} for d in dirs
+    ]
     cpu = children_cpu_seconds()
-    with Processes(work / "logs") as procs:
+    with Processes(work / "logs") as procs, tempfile.TemporaryDirectory(prefix="swarm-forks-") as sockets:
         port = start_sn(procs, work / "sn")
         start = time.perf_counter()
-        for node_dir in dirs:
-            env = {
-                **_env(size, sync_frequency, node_dir),
-                **({"SWARM_OVERLAP_SYNC": "true"} if overlap else {}),
-            }
-            start_sl(procs, port, node_dir.name, program=program, work=work, env=env)
+        server = start_fork_server(procs, Path(sockets) / "ml.sock", envs[0]) if fork_server else None
+        for node_dir, env in zip(dirs, envs, strict=True):
+            start_sl(procs, port, node_dir.name, program=program, work=work, env=env, fork_server=server)
         results = _results(dirs, procs, [d.name for d in dirs])
         wall = time.perf_counter() - start
-    return Run(
-        results, wall, children_cpu_seconds() - cpu, round_steps([d / "run" / f"{d.name}.log" for d in dirs])
-    )
+        forked = forked_programs([procs.output(d.name) for d in dirs]) if fork_server else None
+    steps = round_steps([d / "run" / f"{d.name}.log" for d in dirs])
+    return Run(results, wall, children_cpu_seconds() - cpu, steps, forked)
 
 
 def round_steps(logs: list[Path]) -> dict[str, float]:
@@ -202,6 +215,12 @@ def _span_detail(swarm: Run, alone: list[Run]) -> str:
     return f"first start to last end {ours:.1f} s vs {solo:.1f} s alone ({ours / solo:.2f}x)"
 
 
+def _started_how(swarm: Run) -> str:
+    if swarm.forked is None:
+        return "the SLs started their programs themselves"
+    return f"{swarm.forked} of {NODES} programs forked from one fork server (as a SWOP's SLs start them)"
+
+
 def overhead_row(
     model: str, sync_frequency: int, size: Size, alone: list[Run], swarm: Run, *, overlap: bool = False
 ) -> dict[str, Any]:
@@ -232,7 +251,7 @@ def overhead_row(
         f"begin: wait {_swarm_mean(ours, 'begin_wait'):.2f} s of it (the init round: the last peer's start); "
         f"{_span_detail(swarm, alone)}; "
         f"accuracy {_mean(ours, 'accuracy'):.3f} (alone {_mean(solo, 'accuracy'):.3f}); identical final "
-        f"digests: {len(digests) == 1}"
+        f"digests: {len(digests) == 1}; {_started_how(swarm)}"
     )
     how = ", overlapped (SWARM_OVERLAP_SYNC=true)" if overlap else ""
     return make_row(
@@ -251,9 +270,11 @@ def measure(
     sync_frequencies: tuple[int, ...] = SYNC_FREQUENCIES,
     modes: tuple[bool, ...] = (False, True),
     models: tuple[str, ...] = tuple(PROGRAMS),
+    *,
+    fork_server: bool = True,
 ) -> list[dict[str, Any]]:
     """Every model of ``models`` (keys of ``PROGRAMS``): alone, the swarm at each sync frequency in each
-    mode (blocking: False, then overlapped: True), alone again."""
+    mode (blocking: False, then overlapped: True), alone again (``fork_server``: ``run_swarm``'s)."""
     rows = []
     cases = [(sf, overlap) for overlap in modes for sf in sync_frequencies]
     with tempfile.TemporaryDirectory(prefix="bench-swarm-") as tmp:
@@ -268,6 +289,7 @@ def measure(
                     size,
                     sf,
                     overlap=overlap,
+                    fork_server=fork_server,
                 )
                 for sf, overlap in cases
             }
@@ -330,19 +352,25 @@ def main() -> None:
         action="append",
         help="only this model (repeatable; with --per-node; default: both)",
     )
+    parser.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="each SL starts its program itself (a standalone SL without a SWOP's fork server)",
+    )
     args = parser.parse_args()
     if (args.per_node is None) != (args.epochs is None):
         parser.error("--per-node and --epochs go together")
     if args.quick and args.per_node is not None:
         parser.error("--quick or --per-node/--epochs, not both")
-    if (args.sync_frequency or args.mode or args.model) and args.per_node is None:
-        parser.error("--sync-frequency, --mode and --model go with --per-node/--epochs")
+    if (args.sync_frequency or args.mode or args.model or args.no_fork_server) and args.per_node is None:
+        parser.error("--sync-frequency, --mode, --model and --no-fork-server go with --per-node/--epochs")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.per_node is not None:
         frequencies = tuple(args.sync_frequency or SYNC_FREQUENCIES)
         modes = tuple(m == "overlapped" for m in args.mode or ("blocking", "overlapped"))
         models = tuple(MODEL_NAMES[name] for name in args.model or MODEL_NAMES)
-        print_rows("swarm", measure(Size(args.per_node, args.epochs), frequencies, modes, models))
+        size = Size(args.per_node, args.epochs)
+        print_rows("swarm", measure(size, frequencies, modes, models, fork_server=not args.no_fork_server))
     else:
         print_rows("swarm", run(args.quick) + ([] if args.quick else merge_rows()))
 

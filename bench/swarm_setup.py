@@ -18,6 +18,9 @@ from daemons.broker import free_port
 from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
 from daemons.ledger_client import LedgerClient
+from daemons.processes import FORKSERVER_ENV
+from daemons.swop.forkservers import READY_LINE as FORK_SERVER_READY_LINE
+from daemons.swop.forkservers import READY_TIMEOUT_S as FORK_SERVER_READY_TIMEOUT_S
 from taskdefs import body_lines, load_task_definition
 
 __all__ = [
@@ -25,10 +28,12 @@ __all__ = [
     "RUNNER",
     "SWARM",
     "SwarmNode",
+    "forked_programs",
     "identity_args",
     "ledger_session",
     "register_task",
     "run_task",
+    "start_fork_server",
     "start_sl",
     "start_sn",
     "start_swop",
@@ -42,6 +47,7 @@ SWARM = str(Path(sys.executable).parent / "swarm")
 RUNNER = "defaulttaskbb.taskdb.sml.hpe"
 CONTRACT = "defaultbb.cqdb.sml.hpe"
 READY_LINE = "Starting SWARM-API-SERVER"
+FORKED_LINE = "forked from the host's fork server"
 
 
 @dataclass(frozen=True)
@@ -139,12 +145,14 @@ def start_sl(
     work: Path,
     env: Mapping[str, object],
     pki: Path | None = None,
+    fork_server: str | None = None,
 ) -> None:
     """Start a standalone ``swarm sl`` (the reference's ``run-sl``) running a copy of ``program``.
 
     The copy sits in the node's own directory under ``work``, where the SL also writes the program's
     ``<program>_sw.log``. ``pki``: a folder of ``certs.init_swarm`` holding ``uid``'s identity (mutual
-    TLS, signed transactions and weights).
+    TLS, signed transactions and weights). ``fork_server``: the socket of a server of
+    ``start_fork_server`` that the SL asks to start the program, as the SL of a SWOP does.
     """
     node_dir = work / uid
     node_dir.mkdir(parents=True, exist_ok=True)
@@ -156,7 +164,24 @@ def start_sl(
     ]  # fmt: skip
     for key, value in env.items():
         argv += ["--ml-e", f"{key}={value}"]
-    procs.start(uid, argv)
+    procs.start(uid, argv, env=None if fork_server is None else {FORKSERVER_ENV: fork_server})
+
+
+def start_fork_server(
+    procs: Processes, socket: Path, env: Mapping[str, object], timeout: float = FORK_SERVER_READY_TIMEOUT_S
+) -> str:
+    """Start the ML fork server (``swarmlearning/forkserver.py``) that a SWOP would start for programs run
+    with ``env`` on top of ours (the variables read at import must be the programs'); returns its socket,
+    the SLs' ``SWARM_ML_FORKSERVER``, once it listens (before it imports torch)."""
+    argv = [sys.executable, "-m", "swarmlearning.forkserver", "--socket", str(socket)]
+    procs.start("forkserver", argv, env={key: str(value) for key, value in env.items()})
+    procs.wait_for_line("forkserver", FORK_SERVER_READY_LINE, timeout)
+    return str(socket)
+
+
+def forked_programs(sl_logs: Sequence[str]) -> int:
+    """How many of the SLs whose output is ``sl_logs`` started their program from a fork server."""
+    return sum(FORKED_LINE in text for text in sl_logs)
 
 
 @asynccontextmanager

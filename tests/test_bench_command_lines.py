@@ -45,6 +45,11 @@ def test_help_says_what_it_measures_and_runs_nothing(script: str) -> None:
         ("swarm", ["--fast"], "unrecognized arguments: --fast"),
         ("swarm", ["--per-node", "5"], "--per-node and --epochs go together"),
         ("swarm", ["--per-node", "5", "--epochs", "0"], "argument --epochs: 0 is not above 0"),
+        (
+            "swarm",
+            ["--no-fork-server"],
+            "--sync-frequency, --mode, --model and --no-fork-server go with --per-node/--epochs",
+        ),
         ("fuzz", ["lots"], "argument cases: 'lots' is not a whole number"),
         ("compare", ["HEAD", "--pairs", "0"], "argument --pairs: 0 is not above 0"),
         ("chain", ["--rounds", "4"], "--mb must be above 0, --work-s not below 0 and --rounds above 4"),

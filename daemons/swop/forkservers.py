@@ -28,13 +28,13 @@ from daemons.swop.slpeers import merge_env
 from taskdefs import RunSwarmBody, SlNodeDef, SwopProfile
 from wire.forks import import_time
 
-__all__ = ["READY_TIMEOUT_S", "ForkServers", "fork_servers_enabled"]
+__all__ = ["READY_LINE", "READY_TIMEOUT_S", "ForkServers", "fork_servers_enabled"]
 
 log = logging.getLogger("swarm.swop.forks")
 
 READY_TIMEOUT_S = 30.0  # from the start to "listening": an interpreter's start, before any import
 STOP_WAIT_S = 5.0
-_READY = "fork server: listening on "
+READY_LINE = "fork server: listening on "  # what a server prints once it listens
 
 
 def fork_servers_enabled(env: Mapping[str, str]) -> bool:
@@ -140,7 +140,7 @@ class ForkServers:
             async with asyncio.timeout(READY_TIMEOUT_S):
                 async for raw in proc.stdout:
                     line = raw.decode(errors="replace").rstrip()
-                    if line.startswith(_READY):
+                    if line.startswith(READY_LINE):
                         break
                     log.info("fork server | %s", line)
                 else:
