@@ -72,18 +72,20 @@ class SLLink:
         return any(array is shared.array for shared in self.shared.values())
 
     def _attach(self, path: Any) -> SharedBuffer:
-        """The shared buffer at ``path``, mapped once; OSError/CodecError when it cannot be. Its name
-        stays: the SL's peers on this host copy models from it, and the SL removes it when we go."""
+        """The shared buffer at ``path``, checked and mapped once (every answer names one or two of the
+        same few); OSError/CodecError when it cannot be. Its name stays: the SL's peers on this host copy
+        models from it, and the SL removes it when we go."""
+        shared = self.shared.get(path) if isinstance(path, str) else None
+        if shared is not None:
+            return shared
         if not isinstance(path, str) or not self._shared_bytes:
             raise CodecError(f"the SL named a shared buffer {path!r} that was not asked for")
         if Path(path).parent != Path(self.path).parent:  # the SL makes them beside its socket, nowhere else
             raise CodecError(f"the SL named a shared buffer {path!r} outside its socket's directory")
-        shared = self.shared.get(path)
-        if shared is None:
-            shared = SharedBuffer.attach(path, self._shared_bytes)
-            self.shared[path] = shared
-            if self._on_attach is not None:
-                self._on_attach(shared)
+        shared = SharedBuffer.attach(path, self._shared_bytes)
+        self.shared[path] = shared
+        if self._on_attach is not None:
+            self._on_attach(shared)
         return shared
 
     @staticmethod
