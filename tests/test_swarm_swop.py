@@ -193,7 +193,7 @@ def test_sigkill_of_the_swop_leaves_its_sls_to_finish_and_the_task_complete(
     sn: RunningSN, tmp_path: Path
 ) -> None:
     """A SIGKILLed SWOP's SLs live on (as the reference's containers do) and report their own end; the
-    SWOP restarted meanwhile leaves them be."""
+    SWOP restarted meanwhile leaves them be, and starts no fork server for them."""
     profile = write_swarm_setup(tmp_path, 2, {"MIN_PEERS": 2, "EPOCHS": 2, "SLEEP_PER_BATCH": 0.2})
     swop = start_swop(sn, profile, tmp_path)
 
@@ -220,7 +220,9 @@ def test_sigkill_of_the_swop_leaves_its_sls_to_finish_and_the_task_complete(
         assert status["state"] == "COMPLETE", status
         assert status["completed"] == 2
         assert len(set(digests(tmp_path))) == 1 and digests(tmp_path)[0]
-        assert "starting in" not in (tmp_path / "swop.out").read_text()  # the restarted SWOP's log
+        restarted_log = (tmp_path / "swop.out").read_text()  # the restarted SWOP's log
+        assert "starting in" not in restarted_log
+        assert "fork server (pid" not in restarted_log  # none started for SLs it leaves be
     finally:
         for process in (swop, *restarted):
             process.kill()

@@ -36,7 +36,7 @@ from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.forkservers import ForkServers, fork_servers_enabled
-from daemons.swop.slpeers import SLPeer, peer_spec
+from daemons.swop.slpeers import SLPeer, peer_spec, sl_uid
 from daemons.swop.swarm_trials import SwarmTrialRunner, SwarmTrialSetup
 from daemons.swop.trials import TrialRunner, TrialSetup, trial_slots
 from taskdefs import RunSwarmBody, RunTrialsBody, SlNodeDef, SwopProfile, TaskDefError, parse_task_body
@@ -302,11 +302,15 @@ class SwopNode:
         opts = self.options
         python = await self._python_for(info)
         nodes = sorted(opts.profile.node_defs, key=lambda n: n.idx)[: assignment.count]
-        forkservers = await self.forks.for_nodes(python, opts.profile, body, nodes)
         bus = self.ledger.bus
         earlier = await self._run_before()
+        # Only the SLs this SWOP starts need a fork server: a restarted SWOP whose SLs live on starts none.
+        starting = [node for node in nodes if self._starts(sl_uid(node, bus.uid), earlier)]
+        forkservers = await self.forks.for_nodes(python, opts.profile, body, starting)
         async with asyncio.TaskGroup() as group:
             for slot, node in enumerate(nodes):
+                if node not in starting:
+                    continue
                 spec = peer_spec(
                     node=node,
                     slot=slot,
@@ -321,18 +325,19 @@ class SwopNode:
                     volumes=opts.work_dir / "volumes",
                     forkserver=forkservers.get(node.idx),
                 )
-                if spec.uid in self.peers and self.peers[spec.uid].running:
-                    continue
-                if self.statuses.get(spec.uid) == "COMPLETED":
-                    continue
-                if spec.uid in earlier:
-                    log.info(
-                        "SL %s %s (this SWOP was restarted): not starting it again",
-                        spec.uid,
-                        earlier[spec.uid],
-                    )
-                    continue
                 group.create_task(self._run_peer(SLPeer(spec)), name=f"swop.sl.{spec.uid}")
+
+    def _starts(self, uid: str, earlier: dict[str, str]) -> bool:
+        """Whether SL ``uid`` is to be started: not while it runs, once it completed, or when it ran
+        before this SWOP was restarted (``earlier``, from ``_run_before``)."""
+        if uid in self.peers and self.peers[uid].running:
+            return False
+        if self.statuses.get(uid) == "COMPLETED":
+            return False
+        if uid in earlier:
+            log.info("SL %s %s (this SWOP was restarted): not starting it again", uid, earlier[uid])
+            return False
+        return True
 
     async def _run_before(self) -> dict[str, str]:
         """This SWOP's SLs of the assignment that the ledger has ``COMPLETED``, or running with their node
