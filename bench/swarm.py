@@ -154,7 +154,7 @@ def run_swarm(
         {**_env(size, sync_frequency, d), **({"SWARM_OVERLAP_SYNC": "true"} if overlap else {})} for d in dirs
     ]
     cpu = children_cpu_seconds()
-    with Processes(work / "logs") as procs, tempfile.TemporaryDirectory(prefix="swarm-forks-") as sockets:
+    with tempfile.TemporaryDirectory(prefix="swarm-forks-") as sockets, Processes(work / "logs") as procs:
         port = start_sn(procs, work / "sn")
         start = time.perf_counter()
         server = start_fork_server(procs, Path(sockets) / "ml.sock", envs[0]) if fork_server else None
