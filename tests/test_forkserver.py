@@ -23,7 +23,9 @@ import pytest
 from daemons.processes import FORKSERVER_ENV, program_environ
 from daemons.sl.forked import ForkRefusedError, start_forked
 from daemons.sl.mlprocess import MLProcess, MLSpec
+from daemons.swop import forkservers
 from daemons.swop.forkservers import ForkServers, fork_servers_enabled
+from taskdefs import RunSwarmBody, parse_swop_profile
 from wire.errors import CodecError
 from wire.forks import (
     ForkRequest,
@@ -389,4 +391,50 @@ async def test_a_swop_keeps_a_server_for_each_import_time_environment_of_its_pro
     assert not await asyncio.to_thread(os.path.exists, path)
     async with ForkServers(enabled=False) as forks:
         assert await forks.sockets_for(sys.executable, common, programs) == dict.fromkeys(programs)
+    await _let_transports_close()
+
+
+GPU_NODE = """\
+  - slnodedef:
+      idx: {idx}
+      identity: []
+      slhostname: sl{idx}
+      privatedata: ~
+      slenvvars: ~
+      usrhostname: u{idx}
+      usrenvvars: ~
+      usrcontaineropts:
+        - gpus: auto
+"""
+GPU_PROFILE = """\
+groupname: test
+taskrunner: defaulttaskbb.taskdb.sml.hpe
+policyuri: ~
+resourcemgr: {mgrtype: DOCKER, accessinfo: {accesstype: FROMENV}}
+network: test-net
+apls: {locator: {host: 127.0.0.1, port: ~}}
+apisrv: {locator: {host: ~, port: ~, service: ~}}
+envvars: ~
+nodes:
+"""
+
+
+async def test_a_node_that_starts_alone_keeps_its_gpu_slot_in_its_servers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted SWOP starts only some of its nodes: a node's GPUs ("auto", round robin) still come from
+    its place among all of them, as its SL's ``--gpu-slot`` does, so its server's CUDA_VISIBLE_DEVICES is
+    the one its program gets."""
+    monkeypatch.setattr(forkservers, "visible_gpus", lambda: ["0", "1"])  # two GPUs, on any machine
+    profile = parse_swop_profile(GPU_PROFILE + GPU_NODE.format(idx=0) + GPU_NODE.format(idx=1))
+    body = RunSwarmBody.model_validate(
+        {"Command": "model/m.py", "Entrypoint": "python3", "WorkingDir": "/tmp/test", "Envvars": None,
+         "PrivateContent": None, "SharedContent": None}
+    )  # fmt: skip
+    async with ForkServers() as forks:
+        found = await forks.for_nodes(sys.executable, profile, body, profile.node_defs, starting={1})
+        assert list(found) == [1]
+        path = found[1]
+        assert path is not None
+        assert ServerSpec.read(ServerSpec.path_for(path)).env["CUDA_VISIBLE_DEVICES"] == "1"  # slot 1, not 0
     await _let_transports_close()

@@ -18,7 +18,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -71,16 +71,26 @@ class ForkServers:
             shutil.rmtree(self._dir, ignore_errors=True)
 
     async def for_nodes(
-        self, python: str, profile: SwopProfile, body: RunSwarmBody, nodes: list[SlNodeDef]
+        self,
+        python: str,
+        profile: SwopProfile,
+        body: RunSwarmBody,
+        nodes: list[SlNodeDef],
+        *,
+        starting: Container[int] | None = None,
     ) -> dict[int, str | None]:
         """The server each of ``nodes`` (running ``body``) may ask to start its program, by node index:
-        nodes whose programs would import torch in the same environment share one (``sockets_for``)."""
+        nodes whose programs would import torch in the same environment share one (``sockets_for``).
+        ``starting``: the indices of the nodes that start now (default: all); a node's GPU slot is its
+        place in ``nodes`` whichever start."""
         if not self.enabled:
             return {}
         base = merge_env(dict(os.environ), profile.envvars)
         visible = await asyncio.to_thread(visible_gpus) if any(n.gpus is not None for n in nodes) else []
         programs: dict[int, dict[str, str]] = {}
         for slot, node in enumerate(nodes):  # the SL's environment and the program's, as the SL makes them
+            if starting is not None and node.idx not in starting:
+                continue
             with contextlib.suppress(ValueError):  # a gpus option the SL will refuse
                 usr = merge_env(dict(body.envvars or []), node.usrenvvars)
                 usr.update(cuda_env(node.gpus, slot, visible))

@@ -305,11 +305,11 @@ class SwopNode:
         bus = self.ledger.bus
         earlier = await self._run_before()
         # Only the SLs this SWOP starts need a fork server: a restarted SWOP whose SLs live on starts none.
-        starting = [node for node in nodes if self._starts(sl_uid(node, bus.uid), earlier)]
-        forkservers = await self.forks.for_nodes(python, opts.profile, body, starting)
+        starting = {node.idx for node in nodes if self._starts(sl_uid(node, bus.uid), earlier)}
+        forkservers = await self.forks.for_nodes(python, opts.profile, body, nodes, starting=starting)
         async with asyncio.TaskGroup() as group:
             for slot, node in enumerate(nodes):
-                if node not in starting:
+                if node.idx not in starting:
                     continue
                 spec = peer_spec(
                     node=node,
