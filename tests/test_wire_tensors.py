@@ -24,6 +24,7 @@ from wire.tensors import (
     chunk_digest,
     decode_chunk,
     iter_chunks,
+    layout_of,
     make_manifest,
     manifest_from_body,
     specs_from_wire,
@@ -270,3 +271,27 @@ def test_a_layout_seen_lately_is_answered_from_memory_and_a_bad_one_is_still_ref
     with pytest.raises(CodecError, match="tensor 'b' overlaps another"):
         specs_from_wire(items, 80, "layout")
     assert specs_from_wire([["a", "float32", [4, 3], 0, 48], ["b", "int64", [2], 64, 16]], 80, "x") is first
+
+
+def test_a_models_layout_is_worked_out_once_and_an_unsupported_dtype_is_still_refused() -> None:
+    entries = [("w", "float32", (64, 8)), ("b", "int64", (3,)), ("bn.num_batches_tracked", "int64", ())]
+    specs, total = layout_of(iter(entries))  # a generator, as a program's state dict gives it
+    assert [(s.name, s.offset, s.nbytes) for s in specs] == [
+        ("w", 0, 2048),
+        ("b", 2048, 24),
+        ("bn.num_batches_tracked", 2112, 8),
+    ]
+    assert total == 2176
+    assert layout_of(list(entries))[0] is specs  # the same tensors again: the specs made the first time
+    assert (
+        layout_of([("w", "float32", (64, 9)), *entries[1:]])[0] is not specs
+    )  # another shape, another layout
+    assert layout_of([("w", "float32", [64, 8])])[1] == 2048  # a shape that cannot be a key is worked out
+    with pytest.raises(CodecError, match="dtype 'complex64' is not supported"):
+        layout_of([("w", "complex64", (2,))])
+    with pytest.raises(CodecError, match="dtype 'complex64' is not supported"):
+        layout_of([("w", "complex64", (2,))])  # refused every time, not kept
+    flat = FlatState.from_arrays({"w": np.ones(3, np.float32), "u": np.ones(2, np.uint16)}, {"u": "bfloat16"})
+    assert [s.dtype for s in flat.specs] == ["float32", "bfloat16"]
+    with pytest.raises(CodecError, match="uint16"):
+        FlatState.from_arrays({"u": np.ones(2, np.uint16)})  # uint16 is no wire dtype of its own
