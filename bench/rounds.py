@@ -15,6 +15,11 @@ mutual TLS to mosquitto and on the SLs' data plane, every transaction and weight
 checked, chunks hashed with BLAKE3 (XXH3-128 without certificates). Its baseline is the first row, the
 same round without certificates in the same run, so its ratio is what security costs a round.
 
+A fourth row (``sync_calls``) times what a program waits for when it trains between syncs: every stand-in
+sleeps ``PAUSE_S`` before each sync (its training, the CPU left to the swarm, as when a GPU trains), and
+the row gives the median of every node's sync call (``on_batch_end`` that syncs, rounds 2..R-1). Its
+baseline is the same 6 copies over raw loopback TCP.
+
 The note says where the time went: the CPU one round costs all processes together (the CPU every
 process of the run used between the first node's round 2 and its round R-1, read from ``/proc`` while
 they run, per round: start-up, the init round and the end stay out; on C cores the mean round cannot
@@ -52,11 +57,22 @@ from contracts.ledger import Ledger
 from daemons.sl.roundtimes import parse_steps
 from wire import decode_envelope
 
-__all__ = ["SwarmRun", "measure", "round_latency", "round_mean", "run", "step_medians", "swarm_rounds"]
+__all__ = [
+    "SwarmRun",
+    "measure",
+    "round_latency",
+    "round_mean",
+    "run",
+    "step_medians",
+    "swarm_rounds",
+    "sync_calls",
+]
 
 STANDIN = ROOT / "bench" / "standin_ml.py"
 PEERS = 4
 CASES = ((1.6, 60), (45.0, 20))  # (model MB, rounds)
+PAUSE_S = 0.05  # pretend training before each sync in the sync-call row
+PAUSED_ROUNDS = 100
 _KIND_ORDER = ("SLs", "ML programs", "SN", "mosquitto", "other")
 _LOG_TAIL = 8192  # bytes of an SL's log read to find its last round
 TIMEOUT_S = 240.0
@@ -282,6 +298,29 @@ def measure(model_mb: float, rounds: int, peers: int = PEERS, *, certified: bool
     }
 
 
+def sync_calls(model_mb: float, rounds: int, pause_s: float = PAUSE_S) -> dict[str, Any]:
+    """What each node's sync call took when every node trains ``pause_s`` (a sleep) before each sync:
+    the median over nodes and rounds 2..R-1, the slowest node's median, the program's own part of a
+    sync (``SwarmCallback.timings``), and where the CPU went."""
+    ws = ROOT / "bench" / "results" / "rounds.tmp"
+    swarm = swarm_rounds(ws, PEERS, int(model_mb * MB), rounds, work_s=pause_s)
+    shutil.rmtree(ws, ignore_errors=True)
+    calls = [[float(s) for s in node["sync_s"][1:-1]] for node in swarm.nodes]
+    slowest = [max(node[k] for node in calls) for k in range(len(calls[0]))]
+    own = {
+        part: statistics.mean(float(node["timings"].get(f"sync_{part}", 0.0)) for node in swarm.nodes)
+        / rounds
+        for part in ("collect", "load")
+    }
+    return {
+        "median_s": statistics.median(s for node in calls for s in node),
+        "slowest_s": statistics.median(slowest),
+        "own_s": own,
+        "cpu": swarm.per_round_note(),
+        "steps": steps_note(swarm.steps),
+    }
+
+
 def run() -> list[dict[str, Any]]:
     """A row per model size (ratio = round latency / the floor), then the small model's round with
     certificates (ratio = its latency / the same round's without them, this run)."""
@@ -303,6 +342,20 @@ def run() -> list[dict[str, Any]]:
             "ms", baseline, plain[model_mb]["latency_s"] * 1000,
             note=f"mutual TLS (broker and data plane), signed transactions and weights, BLAKE3 chunk hashes; "
             f"6 copies over raw loopback TCP: {m['floor_s'] * 1000:.2f} ms; {_note(m, rounds)}",
+        )
+    )  # fmt: skip
+    c = sync_calls(model_mb, PAUSED_ROUNDS)
+    own = c["own_s"]
+    rows.append(
+        make_row(
+            f"sync call, {PEERS} peers, {model_mb:g} MB model, {PAUSE_S * 1000:g} ms of training before each",
+            c["median_s"] * 1000, "ms", "6 model copies over raw loopback TCP",
+            plain[model_mb]["floor_s"] * 1000,
+            note=f"what a program waits for in each sync when it trains between syncs and leaves the CPU to "
+            f"the swarm (as on a GPU): every stand-in sleeps {PAUSE_S * 1000:g} ms before each; median of "
+            f"every node's sync call, rounds 2..{PAUSED_ROUNDS - 1} (the slowest node's, per round: "
+            f"{c['slowest_s'] * 1000:.1f} ms); the program's own part: collect {own['collect'] * 1000:.2f} "
+            f"ms, load {own['load'] * 1000:.2f} ms; {c['cpu']}; steps (median ms): {c['steps']}",
         )
     )  # fmt: skip
     return rows

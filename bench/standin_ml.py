@@ -7,7 +7,8 @@ a few MB and no CPU for training. Environment:
 - ``MODEL_BYTES``: size of the float32 model (split into 16 tensors and a step counter);
 - ``ROUNDS``: syncs after ``on_train_begin``; ``WORK_S``: seconds of pretend local training before each
   (a sleep, as if on the node's own hardware); ``MIN_PEERS``;
-- ``RESULT``: JSON file for ``{"sync_s": [...], "done": [...]}`` (duration and end time of every sync);
+- ``RESULT``: JSON file for ``{"sync_s": [...], "done": [...], "timings": {...}}`` (duration and end time
+  of every sync; the callback's ``timings``, where its syncs spent their time);
 - ``SECURE=1``: train with ``secureAggregation=True``.
 """
 
@@ -79,7 +80,7 @@ def main() -> None:
         sync_s.append(time.perf_counter() - start)
         done.append(time.time())
     callback.on_train_end()
-    Path(env["RESULT"]).write_text(json.dumps({"sync_s": sync_s, "done": done}))
+    Path(env["RESULT"]).write_text(json.dumps({"sync_s": sync_s, "done": done, "timings": callback.timings}))
 
 
 if __name__ == "__main__":
