@@ -9,7 +9,9 @@ whose ``PYTHONPATH`` puts the version's tree first, so that the daemons and prog
 version; the harness is this tree's for both, so both are measured the same way. A revision other than
 ``.`` (the working tree) is unpacked with ``git archive`` into a temporary directory.
 
-Each run prints its median and mean round and the CPU a round took by kind of process (``bench.rounds``);
+Each run prints its median and mean round, its median sync call (every node's ``on_batch_end`` that syncs:
+with ``--work-s`` what a program waits for, where the round holds the pretend training too) and the CPU a
+round took by kind of process (``bench.rounds``);
 at the end come each side's means, NEW / BASE, the range of the pairs' ratios and the 95 % interval of the
 typical ratio (Student's t on the ratios' logarithms): a difference is "shown" only when that interval
 leaves out 1. On a 2-core machine single pairs of 300 rounds moved by 10 % either way (2026-12-02): the
@@ -55,9 +57,12 @@ _T95 = {
     29: 2.045, 30: 2.042,
 }  # fmt: skip
 _T95_LARGE = 2.0
-_FIGURES = (("median_ms", "median round"), ("mean_ms", "mean round"), ("cpu_total_ms", "CPU a round"))
+_FIGURES = (
+    ("median_ms", "median round"), ("mean_ms", "mean round"), ("sync_ms", "median sync call"),
+    ("cpu_total_ms", "CPU a round"),
+)  # fmt: skip
 _ONE_RUN = """
-import json, sys, tempfile
+import json, statistics, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from bench.rounds import PEERS, round_latency, round_mean, swarm_rounds
@@ -66,19 +71,23 @@ with tempfile.TemporaryDirectory(prefix="compare-") as ws:
     run = swarm_rounds(Path(ws) / "w", PEERS, int(args["mb"] * 1e6), args["rounds"], work_s=args["work_s"],
                        certified=args["certified"])
 cpu = {kind: seconds * 1e3 for kind, seconds in (run.cpu_by_kind or {}).items()}
+calls = [s for node in run.nodes for s in node["sync_s"][1:-1]]
 print(json.dumps({"median_ms": round_latency(run.nodes) * 1e3, "mean_ms": round_mean(run.nodes) * 1e3,
-                  "cpu_ms": cpu}))
+                  "sync_ms": statistics.median(calls) * 1e3 if calls else None, "cpu_ms": cpu}))
 """
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One run of one version: its median and mean round and its CPU per round by kind of process, ms."""
+    """One run of one version: its median and mean round, its median sync call (every node's, rounds
+    2..R-1: with ``--work-s`` the round holds the pretend training, the sync call only what the program
+    waits for) and its CPU per round by kind of process, ms."""
 
     version: str
     median_ms: float
     mean_ms: float
     cpu_ms: dict[str, float]
+    sync_ms: float = math.nan
 
     @property
     def cpu_total_ms(self) -> float:
@@ -89,7 +98,8 @@ class Measured:
         """One line for the run's table."""
         kinds = ", ".join(f"{kind} {ms:.1f}" for kind, ms in sorted(self.cpu_ms.items()))
         cpu = f"CPU {self.cpu_total_ms:6.1f} ms: {kinds}" if self.cpu_ms else f"CPU {_NOT_SAMPLED}"
-        return f"{self.version:>12}  round {self.median_ms:6.2f} ms (mean {self.mean_ms:6.2f})  {cpu}"
+        sync = "" if math.isnan(self.sync_ms) else f", sync call {self.sync_ms:6.2f}"
+        return f"{self.version:>12}  round {self.median_ms:6.2f} ms (mean {self.mean_ms:6.2f}{sync})  {cpu}"
 
 
 def unpack(revision: str, into: Path) -> Path:
@@ -129,7 +139,11 @@ def measure(
     if done.returncode != 0:
         raise RuntimeError(f"the run of {version} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    return Measured(version, result["median_ms"], result["mean_ms"], dict(result["cpu_ms"]))
+    sync = result.get("sync_ms")
+    return Measured(
+        version, result["median_ms"], result["mean_ms"], dict(result["cpu_ms"]),
+        math.nan if sync is None else float(sync),
+    )  # fmt: skip
 
 
 def run_order(pair: int) -> tuple[str, str]:
@@ -147,8 +161,8 @@ def env_for(tree: Path) -> dict[str, str]:
 
 
 def _values(pairs: list[tuple[Measured, Measured]], figure: str) -> list[tuple[float, float]]:
-    """``figure`` (``median_ms``, ``mean_ms`` or ``cpu_total_ms``) of BASE and NEW in each pair that has it
-    on both sides (a run too short for its CPU to be sampled has none)."""
+    """``figure`` (``median_ms``, ``mean_ms``, ``sync_ms`` or ``cpu_total_ms``) of BASE and NEW in each pair
+    that has it on both sides (a run too short for its CPU to be sampled has none)."""
     return _on_both_sides(pairs, lambda run: float(getattr(run, figure)))
 
 

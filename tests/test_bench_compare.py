@@ -15,7 +15,7 @@ GIT_CHECKOUT = (ROOT / ".git").exists()
 
 
 def _measured(version: str, median: float, cpu_sl: float) -> Measured:
-    return Measured(version, median, median + 1.0, {"SLs": cpu_sl, "SN": 3.0})
+    return Measured(version, median, median + 1.0, {"SLs": cpu_sl, "SN": 3.0}, sync_ms=median / 2)
 
 
 def test_the_working_tree_is_this_one(tmp_path: Path) -> None:
@@ -71,12 +71,14 @@ def test_the_summary_gives_both_means_their_ratio_and_the_pairs_spread() -> None
         "    median round: base  11.00 ms, new  10.50 ms, new / base 0.955 "
         f"(pairs 0.900-1.000; {verdict([0.9, 1.0])})"
     )
-    assert lines[2].startswith("     CPU a round: base  15.50 ms, new  14.50 ms, new / base 0.935")
+    assert lines[2].startswith("median sync call: base   5.50 ms, new   5.25 ms, new / base 0.955")
+    assert lines[3].startswith("     CPU a round: base  15.50 ms, new  14.50 ms, new / base 0.935")
     assert f"         CPU SLs: base  12.50 ms, new  11.50 ms ({verdict([11 / 12, 12 / 13])})" in lines
     assert "          CPU SN: base   3.00 ms, new   3.00 ms (95 % interval 1.000-1.000: not shown)" in lines
     unsampled = (_measured("HEAD~1", 20.0, 30.0), Measured(".", 20.0, 21.0, {}))  # a run too short for it
-    assert summary([*pairs, unsampled])[2] == lines[2]  # the CPU of the pairs that have it on both sides
-    assert summary([*pairs, unsampled])[3:] == lines[3:]  # and each kind's means leave that pair out
+    assert summary([*pairs, unsampled])[3] == lines[3]  # the CPU of the pairs that have it on both sides
+    assert summary([*pairs, unsampled])[4:] == lines[4:]  # and each kind's means leave that pair out
+    assert summary([*pairs, unsampled])[2] == lines[2]  # a sync call measured on one side only: left out
 
 
 def test_a_kind_of_process_no_pair_sampled_on_both_sides_says_so() -> None:
