@@ -283,7 +283,6 @@ class ForkServer:
 
     def _stop_listening(self) -> None:
         if self._listener is not None:
-            _say(f"stopped listening; {len(self._children)} program(s) still running")
             self._selector.unregister(self._listener)
             self._listener.close()
             self._listener = None
@@ -293,6 +292,8 @@ class ForkServer:
             if self._remove_dir:  # the last of a SWOP's servers to stop takes its private folder along
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.dirname(self.path))
+            # said once the socket is gone, so that whoever reads it finds nothing left to connect to
+            _say(f"stopped listening; {len(self._children)} program(s) still running")
 
     # ------------------------------------------------------------------------------ child
     def _become_child(self) -> None:
