@@ -323,7 +323,8 @@ def sync_calls(model_mb: float, rounds: int, pause_s: float = PAUSE_S) -> dict[s
 
 def run() -> list[dict[str, Any]]:
     """A row per model size (ratio = round latency / the floor), then the small model's round with
-    certificates (ratio = its latency / the same round's without them, this run)."""
+    certificates (ratio = its latency / the same round's without them, this run), then its sync call
+    with pretend training between syncs (ratio = the call / the floor)."""
     rows, plain = [], {}
     for model_mb, rounds in CASES:
         plain[model_mb] = m = measure(model_mb, rounds)
