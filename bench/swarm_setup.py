@@ -19,6 +19,7 @@ from daemons.bus import Bus, BusConfig
 from daemons.bus.config import BrokerAddress
 from daemons.ledger_client import LedgerClient
 from daemons.processes import FORKSERVER_ENV
+from daemons.sl.mlprocess import FORKED as FORKED_LINE
 from daemons.swop.forkservers import READY_LINE as FORK_SERVER_READY_LINE
 from daemons.swop.forkservers import READY_TIMEOUT_S as FORK_SERVER_READY_TIMEOUT_S
 from taskdefs import body_lines, load_task_definition
@@ -47,7 +48,6 @@ SWARM = str(Path(sys.executable).parent / "swarm")
 RUNNER = "defaulttaskbb.taskdb.sml.hpe"
 CONTRACT = "defaultbb.cqdb.sml.hpe"
 READY_LINE = "Starting SWARM-API-SERVER"
-FORKED_LINE = "forked from the host's fork server"
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from pathlib import Path, PurePath
 from daemons.processes import FORKSERVER_ENV, program_environ, stop_process_group
 from daemons.sl.forked import ForkedProgram, ForkRefusedError, start_forked
 
-__all__ = ["MLProcess", "MLSpec", "torchrun_argv"]
+__all__ = ["FORKED", "MLProcess", "MLSpec", "torchrun_argv"]
 
 log = logging.getLogger("swarm.sl.ml")
 
 OUTPUT_LINE_LIMIT = 1 << 22  # progress bars write long lines
+FORKED = "forked from the host's fork server"  # in the line that says a program started so
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,12 @@ class MLProcess:
             log.warning("no fork server at %s (%s)", server, exc)
             return False
         log.info(
-            "starting ML program: %s (in %s), forked from the host's fork server as pid %d",
-            shlex.join(argv), self.spec.cwd, self._proc.pid,
-        )  # fmt: skip
+            "starting ML program: %s (in %s), %s as pid %d",
+            shlex.join(argv),
+            self.spec.cwd,
+            FORKED,
+            self._proc.pid,
+        )
         return True
 
     async def wait(self) -> int:
