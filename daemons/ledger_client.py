@@ -254,12 +254,18 @@ class LedgerClient:
         return cls(bus, await find_sn(bus, timeout=timeout, prefer=prefer), patience=patience)
 
     async def submit(
-        self, kind: str, body: dict[str, Any], *, timeout: float | None = None
+        self,
+        kind: str,
+        body: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        seen: asyncio.Future[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Sign and submit a transaction; returns its receipt or raises Rejected with the reason.
 
         The same envelope is resent through an outage; when the ledger says it holds it already (an
-        answer was lost), that is its acceptance.
+        answer was lost), that is its acceptance. ``seen``: the receipt as an event shows it (the
+        transaction in a block); the SN then answers only a failure or a resend.
         """
         bus = self.bus
         env = make_envelope(
@@ -273,7 +279,7 @@ class LedgerClient:
             resent = True
 
         try:
-            result = await self._call("submit", payload, timeout, on_retry=note_retry)
+            result = await self._call("submit", payload, timeout, on_retry=note_retry, settled=seen)
         except RemoteError as exc:
             if exc.code != "rejected":
                 raise
@@ -320,8 +326,10 @@ class LedgerClient:
         timeout: float | None,
         *,
         on_retry: Callable[[], None] | None = None,
+        settled: asyncio.Future[Any] | None = None,
     ) -> Any:
-        """``method`` on the SN, retried through outages (on another SN when one is online)."""
+        """``method`` on the SN, retried through outages (on another SN when one is online); ``settled``:
+        its result known another way (``Bus.request``)."""
         loop = asyncio.get_running_loop()
         patience = self.patience
         give_up_after = patience.deadline if timeout is None else min(patience.deadline, timeout)
@@ -334,7 +342,9 @@ class LedgerClient:
             reconnects = self.bus.reconnects
             wait = min(timeout or self.timeout, patience.attempt, max(deadline - loop.time(), 0.1))
             try:
-                reply = await self.bus.request(self.sn, method, body, timeout=wait, role="sn")
+                reply = await self.bus.request(
+                    self.sn, method, body, timeout=wait, role="sn", settled=settled
+                )
             except RemoteError as exc:
                 if exc.code not in _RETRIED:
                     raise

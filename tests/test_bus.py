@@ -111,6 +111,41 @@ async def test_a_slow_handler_is_answered_once_despite_resends(make_bus: MakeBus
         assert calls == 1
 
 
+async def test_a_quiet_request_is_answered_only_when_it_fails_or_comes_again(
+    make_bus: MakeBus, mosquitto: ManagedBroker
+) -> None:
+    """A request with ``settled`` (its result known another way, as an SL's check-in from the round's
+    event) is not answered when it succeeds; a failure is answered, and so is a resend of a request whose
+    other way never came (the cached reply: the handler runs once)."""
+    calls: list[str] = []
+    shown: asyncio.Future[Any] | None = None
+
+    async def handler(request: Request) -> object:
+        calls.append(request.method)
+        if request.method == "shown" and shown is not None:
+            shown.set_result({"seen": True})  # what an event would tell the client
+        return await echo(request)
+
+    async with make_bus("sn-1", "sn") as server, make_bus("sl-1") as client:
+        server.serve(handler)
+        async with aiomqtt.Client("127.0.0.1", mosquitto.port) as watcher:
+            await watcher.subscribe(server.topics.reply("sn-1", "sl-1"), qos=1)
+            shown = asyncio.get_running_loop().create_future()
+            assert await client.request("sn-1", "shown", {}, settled=shown) == {"seen": True}
+            with pytest.raises(RemoteError, match="cannot fly"):
+                await client.request("sn-1", "fail", {"what": "fly"}, settled=asyncio.Future())
+            never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            reply = await client.request("sn-1", "unseen", {"x": 1}, settled=never, timeout=5)
+            assert reply["body"] == {"x": 1, "quiet": True}
+            replies = 0
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    async for _ in watcher.messages:
+                        replies += 1
+        assert replies == 2  # the failure and the resent request; nothing for the one shown otherwise
+        assert calls == ["shown", "fail", "unseen"]
+
+
 async def test_garbage_and_forged_messages_do_not_hurt_the_server(make_bus: MakeBus) -> None:
     async with make_bus("sn-1", "sn") as server, make_bus("sl-1") as client:
         rpc = server.serve(echo)

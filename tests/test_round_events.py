@@ -1,11 +1,12 @@
 """The event form of a contract's rounds (``views.rounds_brief``) carries what a closed round's leader
-merges, so that the leader needs no read; a round of many check-ins leaves them out, and its leader reads."""
+merges, so that the leader needs no read; a round of many check-ins leaves them out, and its leader reads.
+The same list is the receipt of a check-in the SN was asked not to answer (``_round_listing``)."""
 
 from __future__ import annotations
 
 from contracts import views
-from daemons.sl.rounds import _leading_view
-from tests.test_ledger_machine import C, Sim
+from daemons.sl.rounds import _leading_view, _round_listing
+from tests.test_ledger_machine import C, Sim, _digest
 
 
 def _closed(uids: list[str]) -> Sim:
@@ -48,3 +49,19 @@ def test_only_a_closed_round_is_led_from_a_view() -> None:
     assert _leading_view(brief, 7) is None  # not in the view
     no_rule = {**brief, "open": {k: v for k, v in brief["open"].items() if k != "min_peers"}}
     assert _leading_view(no_rule, 1) is None  # an SN of before: read
+
+
+def test_a_check_in_is_found_in_the_event_of_its_rounds_close_and_only_there() -> None:
+    sim = Sim()
+    sim.members("sl1", "sl2", min_peers=2)
+    sim.checkin("sl1")
+    brief = views.rounds_brief(sim.state, C)
+    assert _round_listing(brief, "sl1", _digest("sl1"), 1) is None  # open: its check-ins stay out
+    sim.checkin("sl2")
+    sim.run_due()
+    brief = views.rounds_brief(sim.state, C)
+    assert _round_listing(brief, "sl1", _digest("sl1"), 1) == 1
+    assert _round_listing(brief, "sl2", _digest("sl2"), 1) == 1
+    assert _round_listing(brief, "sl1", _digest("sl2"), 1) is None  # another model
+    assert _round_listing(brief, "sl3", _digest("sl1"), 1) is None  # another node
+    assert _round_listing(brief, "sl1", _digest("sl1"), 2) is None  # an earlier round's check-in

@@ -1,7 +1,9 @@
 """Request/reply over MQTT 3.1.1: the envelope carries ``reply_to`` and ``corr``.
 
 Servers answer each ``(sender, corr)`` once: a QoS-1 duplicate gets the cached reply, and a duplicate
-that arrives while the first is still running is ignored.
+that arrives while the first is still running is ignored. A request whose body says ``quiet: true`` is
+answered only when it fails or comes again: its sender learns of its success another way (an SL sees its
+check-in in the ledger's round event), and a resend gets the cached reply.
 """
 
 from __future__ import annotations
@@ -88,20 +90,32 @@ class RpcClient:
             future.set_result(env.body)
 
     async def request(
-        self, target: str, method: str, body: dict[str, Any], *, timeout: float, role: str | None = None
+        self,
+        target: str,
+        method: str,
+        body: dict[str, Any],
+        *,
+        timeout: float,
+        role: str | None = None,
+        settled: asyncio.Future[Any] | None = None,
     ) -> Any:
         """Send ``method`` to ``target`` and return its result (only a reply of ``role``, when given).
 
         The same request (same ``corr``) is resent with backoff until ``timeout``: a request published
         while the server was reconnecting is lost by MQTT, and the server answers duplicates once.
+        ``settled``: a future that gives the result another way (an event showing that the request
+        took effect). The server is then asked to answer only a failure or a resend (``quiet``), and
+        the result is ``settled``'s when it comes first; one that fails is waited out by the replies.
         """
         bus = self._bus
         corr = uuid.uuid4().hex
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[corr] = (target, role, future)
+        if settled is not None:
+            body = {**body, "quiet": True}
         payload = bus.encode(f"req:{method}", body, reply_to=bus.uid, corr=corr)
         try:
-            reply = await self._exchange(target, method, corr, payload, future, timeout)
+            reply = await self._exchange(target, method, corr, payload, future, timeout, settled)
         finally:
             self._pending.pop(corr, None)
         if reply.get("ok") is True:
@@ -122,6 +136,7 @@ class RpcClient:
         payload: bytes,
         future: asyncio.Future[dict[str, Any]],
         timeout: float,
+        settled: asyncio.Future[Any] | None,
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -139,9 +154,19 @@ class RpcClient:
             wait = min(interval, max(deadline - loop.time(), 0.0))
             try:
                 async with asyncio.timeout(wait):
+                    if settled is not None:
+                        await asyncio.wait((future, settled), return_when=asyncio.FIRST_COMPLETED)
+                        if not future.done():
+                            if _succeeded(settled):
+                                return {"ok": True, "result": settled.result()}
+                            settled = None  # it failed: the reply, which a resend asks for, is the answer
                     return await asyncio.shield(future)
             except TimeoutError:
                 interval = min(interval * 2, _MAX_RESEND)
+
+
+def _succeeded(future: asyncio.Future[Any]) -> bool:
+    return not future.cancelled() and future.exception() is None
 
 
 def subscribe_requests(bus: Endpoint) -> Subscription:
@@ -222,6 +247,8 @@ class RpcServer:
             self._remember(key, payload)
         finally:
             self._in_flight.discard(key)
+        if reply.get("ok") is True and env.body.get("quiet") is True:
+            return  # its sender learns of the success another way; a resend gets the cached reply
         await self._bus.publish(reply_topic, payload)
 
     async def _refuse_out_of_date(self, message: Message, exc: CertificateTimeError) -> None:

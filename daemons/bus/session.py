@@ -630,13 +630,20 @@ class Bus:
         *,
         timeout: float | None = None,
         role: str | None = None,
+        settled: asyncio.Future[Any] | None = None,
     ) -> Any:
         """Ask ``target`` to run ``method``; returns its result or raises RequestTimeout/RemoteError.
 
-        ``role``: accept only a reply of this role (a vouched SL cannot answer for an SN).
+        ``role``: accept only a reply of this role (a vouched SL cannot answer for an SN). ``settled``:
+        the result known another way, the server answering only failures (``RpcClient.request``).
         """
         return await self.rpc.request(
-            target, method, body or {}, timeout=timeout or self.config.request_timeout, role=role
+            target,
+            method,
+            body or {},
+            timeout=timeout or self.config.request_timeout,
+            role=role,
+            settled=settled,
         )
 
     def serve(self, handler: Handler, *, concurrency: int = 32) -> RpcServer:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from contracts.rounds import leader_order
+from contracts.views import BRIEF_CHECKINS
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
@@ -272,6 +273,35 @@ async def _stop(*tasks: asyncio.Task[Any] | None) -> None:
         if task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+@dataclass(slots=True)
+class _Shown:
+    """The newest rounds view read while a check-in waits for the event that lists it."""
+
+    view: dict[str, Any] = field(default_factory=dict)
+
+
+def _gave(task: asyncio.Task[Any] | None) -> bool:
+    """Whether ``task`` (an early path) ended with a result."""
+    return (
+        task is not None
+        and task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and task.result() is not None
+    )
+
+
+def _round_listing(view: dict[str, Any], uid: str, digest: str, since: int) -> int | None:
+    """The round from ``since`` on whose check-ins in ``view`` hold ``uid``'s of ``digest``, or None."""
+    candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
+    for rnd in candidates:
+        if not rnd or int(rnd.get("round") or 0) < since:
+            continue
+        if any(c.get("uid") == uid and c.get("digest") == digest for c in rnd.get("checkins") or ()):
+            return int(rnd["round"])
+    return None
 
 
 def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
@@ -615,11 +645,10 @@ class RoundEngine:
         if going_early is not None and wait > 0:
             await asyncio.wait((going_early,), timeout=max(deadline - loop.time(), 0.0))
         async with self.ledger.watch("round", self.contract, keep=True) as watch:
-            receipt = await self.ledger.submit("round.checkin", part.body)
+            receipt, view = await self._submit_checkin(part, watch, going_early)
             number = self._checked_in(part, receipt)
             # The watch was subscribed before the checkin, so the events of its block and of every later
             # one arrive; only a resent checkin (its first answer lost) reads the rounds again.
-            view: dict[str, Any] = {}
             if receipt.get("duplicate"):
                 view = await self.ledger.query("contract.rounds", name=self.contract)
             # The last round, followed to its close. Not its round.merged: the SN seals that with a later
@@ -648,6 +677,37 @@ class RoundEngine:
                     await self._stop_prefetch()
                 early = self._early_merges.pop(part.prediction.number, None) if part.prediction else None
                 await _stop(leading, early[1] if early else None)
+
+    async def _submit_checkin(
+        self, part: _Part, watch: Watch, going_early: asyncio.Task[Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Submit our check-in: its receipt, and the newest rounds view an event gave meanwhile ({} when
+        none came). Once we went on early, the check-in records a round we are past, and the event of
+        its close lists it (a predicted round of at most ``BRIEF_CHECKINS``): the SN is asked to answer
+        only a failure, and that event is the receipt. A round that stays open longer than the RPC's
+        first resend gets the answer as before."""
+        prediction = part.prediction
+        if prediction is None or len(prediction.participants) > BRIEF_CHECKINS or not _gave(going_early):
+            return await self.ledger.submit("round.checkin", part.body), {}
+        shown = _Shown()
+        looking = asyncio.get_running_loop().create_task(
+            self._checkin_shown(watch, part.digest, prediction.number, shown)
+        )
+        try:
+            receipt = await self.ledger.submit("round.checkin", part.body, seen=looking)
+        finally:
+            await _stop(looking)
+        return receipt, shown.view
+
+    async def _checkin_shown(self, watch: Watch, digest: str, since: int, shown: _Shown) -> dict[str, Any]:
+        """The receipt of our check-in of ``digest`` (in round ``since`` or a later one) as the rounds
+        events show it; every view read is kept in ``shown``."""
+        while True:
+            event = await watch.next()
+            shown.view = dict(event.view)
+            number = _round_listing(shown.view, self.uid, digest, since)
+            if number is not None:
+                return {"contract": self.contract, "round": number, "height": event.height}
 
     async def _next_view(
         self, watch: Watch, number: int, early: asyncio.Task[Any] | None = None
