@@ -130,11 +130,11 @@ async def test_a_quiet_request_is_answered_only_when_it_fails_or_comes_again(
         server.serve(handler)
         async with aiomqtt.Client("127.0.0.1", mosquitto.port) as watcher:
             await watcher.subscribe(server.topics.reply("sn-1", "sl-1"), qos=1)
-            shown = asyncio.get_running_loop().create_future()
+            shown = asyncio.Future()
             assert await client.request("sn-1", "shown", {}, settled=shown) == {"seen": True}
             with pytest.raises(RemoteError, match="cannot fly"):
                 await client.request("sn-1", "fail", {"what": "fly"}, settled=asyncio.Future())
-            never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            never: asyncio.Future[Any] = asyncio.Future()
             reply = await client.request("sn-1", "unseen", {"x": 1}, settled=never, timeout=5)
             assert reply["body"] == {"x": 1, "quiet": True}
             replies = 0

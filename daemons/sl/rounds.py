@@ -293,11 +293,15 @@ def _gave(task: asyncio.Task[Any] | None) -> bool:
     )
 
 
+def _rounds_in(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rounds of a ``contract.rounds`` view or event: the open one, the closed ones, the finished."""
+    return [r for r in (view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])) if r]
+
+
 def _round_listing(view: dict[str, Any], uid: str, digest: str, since: int) -> int | None:
     """The round from ``since`` on whose check-ins in ``view`` hold ``uid``'s of ``digest``, or None."""
-    candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
-    for rnd in candidates:
-        if not rnd or int(rnd.get("round") or 0) < since:
+    for rnd in _rounds_in(view):
+        if int(rnd.get("round") or 0) < since:
             continue
         if any(c.get("uid") == uid and c.get("digest") == digest for c in rnd.get("checkins") or ()):
             return int(rnd["round"])
@@ -306,8 +310,7 @@ def _round_listing(view: dict[str, Any], uid: str, digest: str, since: int) -> i
 
 def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
     """Round ``number`` in a ``contract.rounds`` view."""
-    candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
-    return next((r for r in candidates if r and r.get("round") == number), None)
+    return next((r for r in _rounds_in(view) if r.get("round") == number), None)
 
 
 def _leading_view(view: dict[str, Any], number: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
