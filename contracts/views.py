@@ -23,10 +23,12 @@ __all__ = [
     "contract_info",
     "contract_status",
     "entity_view",
+    "find_round",
     "list_contracts",
     "list_nodes",
     "list_taskrunners",
     "list_tasks",
+    "listed_rounds",
     "model",
     "node_info",
     "perfdata",
@@ -223,6 +225,16 @@ def rounds(state: State, name: str) -> View:
         "closed": [_round_view(r) for r in book.pending] if book is not None else [],
         "finished": [_round_view(r) for r in book.done] if book is not None else [],
     }
+
+
+def listed_rounds(view: View) -> list[View]:
+    """The rounds a ``rounds`` view or its event form (``rounds_brief``) holds: open, closed, finished."""
+    return [r for r in (view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])) if r]
+
+
+def find_round(view: View, number: int) -> View | None:
+    """Round ``number`` in a ``rounds`` view or its event form, or None."""
+    return next((r for r in listed_rounds(view) if r.get("round") == number), None)
 
 
 def _round_brief(rnd: Round) -> View:

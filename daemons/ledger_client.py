@@ -23,6 +23,7 @@ from typing import Any
 
 from contracts.history import HistoryIndex
 from contracts.tx import is_duplicate
+from contracts.views import listed_rounds
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError
 from daemons.bus.session import Subscription
@@ -296,9 +297,8 @@ class LedgerClient:
         receipt: dict[str, Any] = {"duplicate": True}
         if kind == "round.checkin":  # the one receipt with content: which round the checkin joined
             view = await self.query("contract.rounds", name=body["contract"])
-            rounds = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
-            for rnd in rounds:
-                checkins = (rnd or {}).get("checkins") or []
+            for rnd in listed_rounds(view):
+                checkins = rnd.get("checkins") or []
                 if any(c.get("uid") == self.bus.uid and c.get("digest") == body["digest"] for c in checkins):
                     receipt.update(contract=body["contract"], round=rnd["round"])
         return receipt

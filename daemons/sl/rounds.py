@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from contracts.rounds import leader_order
-from contracts.views import BRIEF_CHECKINS
+from contracts.views import BRIEF_CHECKINS, find_round, listed_rounds
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
@@ -174,7 +174,7 @@ def _lacks(rnd: dict[str, Any] | None, uid: str) -> bool:
 
 def _has_closed(view: dict[str, Any], number: int) -> bool:
     """Whether round ``number`` is past its close in a rounds view."""
-    rnd = _find(view, number)
+    rnd = find_round(view, number)
     if rnd is not None:
         return rnd.get("status") != "OPEN"
     return int((view.get("open") or {}).get("round") or 0) > number
@@ -293,14 +293,9 @@ def _gave(task: asyncio.Task[Any] | None) -> bool:
     )
 
 
-def _rounds_in(view: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rounds of a ``contract.rounds`` view or event: the open one, the closed ones, the finished."""
-    return [r for r in (view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])) if r]
-
-
 def _round_listing(view: dict[str, Any], uid: str, digest: str, since: int) -> int | None:
     """The round from ``since`` on whose check-ins in ``view`` hold ``uid``'s of ``digest``, or None."""
-    for rnd in _rounds_in(view):
+    for rnd in listed_rounds(view):
         if int(rnd.get("round") or 0) < since:
             continue
         if any(c.get("uid") == uid and c.get("digest") == digest for c in rnd.get("checkins") or ()):
@@ -308,16 +303,11 @@ def _round_listing(view: dict[str, Any], uid: str, digest: str, since: int) -> i
     return None
 
 
-def _find(view: dict[str, Any], number: int) -> dict[str, Any] | None:
-    """Round ``number`` in a ``contract.rounds`` view."""
-    return next((r for r in _rounds_in(view) if r.get("round") == number), None)
-
-
 def _leading_view(view: dict[str, Any], number: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """``view`` and closed round ``number`` in it, when the view has what the round's leader needs: the
     round's check-ins and the open round's ``min_peers`` (a read has them; so has an event of a round
     of at most ``BRIEF_CHECKINS``); else None."""
-    rnd = _find(view, number)
+    rnd = find_round(view, number)
     if rnd is None or rnd.get("status") != "CLOSED" or "checkins" not in rnd:
         return None
     open_round = view.get("open")
@@ -490,7 +480,7 @@ class RoundEngine:
     async def _holders(self, number: int) -> list[str]:
         """Nodes that loaded the merged model of round ``number`` (they keep it servable)."""
         view = await self.ledger.query("contract.rounds", name=self.contract)
-        rnd = _find(view, number) or {}
+        rnd = find_round(view, number) or {}
         return [uid for uid in rnd.get("participants") or [] if uid != rnd.get("leader")]
 
     def _should_join(self, view: dict[str, Any], status: dict[str, Any]) -> bool:
@@ -664,10 +654,10 @@ class RoundEngine:
                         part.closed.set_result(True)
                     self._confirm(view)
                     await self._lead_replaced(view, number)
-                    rnd = _find(view, number)
+                    rnd = find_round(view, number)
                     if part.rejoins != self.rejoins and _lacks(rnd, self.uid):
                         view = await self._check_in_again(part, number)
-                        rnd = _find(view, number)
+                        rnd = find_round(view, number)
                     result, leading = await self._follow_step(part, view, rnd, number, leading)
                     if result is not None:
                         return result
@@ -832,7 +822,7 @@ class RoundEngine:
         rounds view after it. Raises BusError when the round closed meanwhile (the sync starts again)."""
         part.rejoins = self.rejoins
         view = dict(await self.ledger.query("contract.rounds", name=self.contract))
-        if not _lacks(_find(view, number), self.uid):
+        if not _lacks(find_round(view, number), self.uid):
             return view
         log.warning("round %d: the ledger dropped our check-in while it had this node offline; checking in "
                     "again", number)  # fmt: skip
@@ -922,7 +912,7 @@ class RoundEngine:
         mismatch (the leader died after sending it, and another merged the round) is logged; the next
         round's merge starts every node from one model again."""
         for number, digest in list(self._unconfirmed.items()):
-            rnd = _find(view, number) or {}
+            rnd = find_round(view, number) or {}
             status = rnd.get("status")
             if status == "MERGED" and rnd.get("digest") == digest:
                 del self._unconfirmed[number]
@@ -1009,7 +999,7 @@ class RoundEngine:
             if attempt:
                 await asyncio.sleep(0.5)
             view = await self.ledger.query("contract.rounds", name=self.contract, at_least=height or 0)
-            refusal = fetch_refusal(_find(view, number), requester, self.uid, self.contract)
+            refusal = fetch_refusal(find_round(view, number), requester, self.uid, self.contract)
             if refusal is None:
                 return None
         return refusal
@@ -1097,7 +1087,7 @@ class RoundEngine:
         deadline = loop.time() + wait
         while True:
             view = await self.ledger.query("contract.rounds", name=self.contract)
-            rnd = _find(view, number)
+            rnd = find_round(view, number)
             if (rnd is not None and rnd.get("status") != "OPEN") or loop.time() >= deadline:
                 return view, rnd
             await asyncio.sleep(_LAGGING_READ_POLL)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from contracts.views import find_round
 from daemons.bus import Bus, BusError
 from daemons.bus.rpc import Request, RpcError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
@@ -69,8 +70,7 @@ def ledger_lookup(ledger: LedgerClient) -> Lookup:
 
     async def lookup(contract: str, number: int) -> RoundInfo | None:
         view = await ledger.query("contract.rounds", name=contract)
-        candidates = [view.get("open"), *(view.get("closed") or []), *(view.get("finished") or [])]
-        rnd = next((r for r in candidates if r and r.get("round") == number), None)
+        rnd = find_round(view, number)
         if rnd is None or rnd.get("status") != "CLOSED":
             return None
         return round_info(contract, number, rnd)
