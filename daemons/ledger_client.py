@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,6 +254,15 @@ class LedgerClient:
         """Find an SN on the network (waiting up to ``timeout`` seconds) and talk to it."""
         return cls(bus, await find_sn(bus, timeout=timeout, prefer=prefer), patience=patience)
 
+    def sign(self, kind: str, body: dict[str, Any]) -> bytes:
+        """The signed envelope of a transaction of ours, to submit later (``submit``'s ``signed``) or to
+        have a peer relay (``relayed``)."""
+        bus = self.bus
+        env = make_envelope(
+            f"tx:{kind}", body, sender=bus.uid, role=bus.role, signer=bus.signer, voucher=bus.voucher
+        )
+        return encode_envelope(env)
+
     async def submit(
         self,
         kind: str,
@@ -261,32 +270,35 @@ class LedgerClient:
         *,
         timeout: float | None = None,
         seen: asyncio.Future[dict[str, Any]] | None = None,
+        signed: bytes | None = None,
+        relayed: Sequence[bytes] = (),
     ) -> dict[str, Any]:
         """Sign and submit a transaction; returns its receipt or raises Rejected with the reason.
 
         The same envelope is resent through an outage; when the ledger says it holds it already (an
         answer was lost), that is its acceptance. ``seen``: the receipt as an event shows it (the
-        transaction in a block); the SN then answers only a failure or a resend.
+        transaction in a block); the SN then answers only a failure or a resend. ``signed``: the
+        envelope ``sign`` made of it, which a peer may have relayed already (the ledger holding it is
+        its acceptance too). ``relayed``: peers' signed check-ins, submitted with it (``docs/protocol.md``).
         """
-        bus = self.bus
-        env = make_envelope(
-            f"tx:{kind}", body, sender=bus.uid, role=bus.role, signer=bus.signer, voucher=bus.voucher
-        )
-        payload = {"tx": encode_envelope(env)}
-        resent = False
+        payload: dict[str, Any] = {"tx": self.sign(kind, body) if signed is None else signed}
+        if relayed:
+            payload["relayed"] = list(relayed)
+        may_hold = signed is not None  # a peer may have relayed it
 
         def note_retry() -> None:
-            nonlocal resent
-            resent = True
+            nonlocal may_hold
+            may_hold = True
 
         try:
             result = await self._call("submit", payload, timeout, on_retry=note_retry, settled=seen)
         except RemoteError as exc:
             if exc.code != "rejected":
                 raise
-            if not (resent and is_duplicate(exc.message)):  # replies go out once the block is stored
+            if not (may_hold and is_duplicate(exc.message)):  # replies go out once the block is stored
                 raise Rejected(kind, exc.message) from None
-            log.info("%s was sealed before its answer came back (%s)", kind, exc.message)
+            log.info("%s is in the ledger already: its first answer was lost, or a peer relayed it (%s)",
+                     kind, exc.message)  # fmt: skip
             return await self._duplicate_receipt(kind, body)
         receipt = dict(result or {})
         if isinstance(receipt.get("height"), int):

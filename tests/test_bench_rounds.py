@@ -1,5 +1,6 @@
 """``bench.rounds.swarm_rounds`` with certificates: the round its third row measures is the secured one
-(mutual TLS to mosquitto and on the data plane, a signed chain), and it completes."""
+(mutual TLS to mosquitto and on the data plane, a signed chain, check-ins relayed by the predicted
+leader), and it completes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from contracts.blockstore import ChainError
 
 def test_a_certified_swarm_of_stand_ins_syncs_over_tls_on_a_signed_chain(tmp_path: Path) -> None:
     ws = tmp_path / "w"
-    run = swarm_rounds(ws, 4, 10_000, 3, certified=True)
-    assert [len(node["done"]) for node in run.nodes] == [3, 3, 3, 3]
+    run = swarm_rounds(ws, 4, 10_000, 8, certified=True)
+    assert [len(node["done"]) for node in run.nodes] == [8, 8, 8, 8]
+    # the predicted leaders relayed their participants' check-ins, each verified as its signer's
+    logs = "".join((ws / "logs" / f"sl-{n}.log").read_text() for n in range(1, 5))
+    assert "(relayed by sl-" in logs
     assert sorted(p.stem for p in ws.glob("sl-*.json")) == ["sl-1", "sl-2", "sl-3", "sl-4"]
     assert "listening on mqtts://" in (ws / "logs" / "sn.log").read_text()
     assert "data plane serves models at dps://" in (ws / "logs" / "sl-1.log").read_text()

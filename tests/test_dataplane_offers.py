@@ -19,9 +19,11 @@ from daemons.bus import BusError
 from daemons.bus.transfer import StateHolder, TransferError
 from daemons.ledger_client import Rejected
 from daemons.sl.dataplane import (
+    MAX_CHECKIN_BYTES,
     DataPlaneClient,
     DataPlaneServer,
     Offers,
+    PushedCheckin,
     decode_request,
     encode_offer,
     encode_result_request,
@@ -202,6 +204,47 @@ def test_offer_and_early_request_heads_carry_round_weight_and_participants_check
             decode_request(data[4 : 4 + header_length(data[:4])])
 
 
+def test_an_offer_carries_its_senders_signed_check_in_for_the_leader_to_relay_checked_for_shape() -> None:
+    _, manifest = _model(17)
+    pushed = PushedCheckin(b"signed check-in", bytes(range(32)))
+    frame = encode_offer(manifest, "sl-2", 9, 3.0, checkin=pushed)
+    assert decode_request(frame[4 : 4 + header_length(frame[:4])]).offer_checkin == pushed
+    frame = encode_offer(manifest, "sl-2", 9, 3.0, checkin=PushedCheckin(b"no check-in before"))
+    assert decode_request(frame[4 : 4 + header_length(frame[:4])]).offer_checkin == PushedCheckin(
+        b"no check-in before", None
+    )
+    for head, message in (
+        ({"checkin": "text"}, "'checkin' must be a signed envelope"),
+        ({"checkin": b""}, "'checkin' must be a signed envelope"),
+        ({"checkin": b"x" * (MAX_CHECKIN_BYTES + 1)}, "'checkin' must be a signed envelope"),
+        ({"checkin": b"x", "after": b"short"}, "'after' must be a digest of 32 bytes"),
+        ({"after": bytes(32)}, "'after' without a 'checkin'"),
+    ):
+        data = encode_frame_head(
+            {"op": "offer", "manifest": manifest.body(), "sender": "sl-2", **head}, nbytes=manifest.total
+        )
+        with pytest.raises(CodecError, match=message):
+            decode_request(data[4 : 4 + header_length(data[:4])])
+
+
+async def test_the_check_ins_pushed_with_rows_are_given_for_rows_of_the_round_that_are_here() -> None:
+    offers = Offers()
+    rows = {uid: _model(seed, 4096) for uid, seed in (("sl-2", 18), ("sl-3", 19), ("sl-4", 20))}
+    for uid, (_, manifest) in rows.items():
+        offers.arriving(uid, manifest.digest, 5, 1.0, PushedCheckin(uid.encode()) if uid != "sl-4" else None)
+    offers.arrived(rows["sl-2"][1].digest, rows["sl-2"][0])
+    assert offers.checkins(5, ["sl-2", "sl-3", "sl-4"]) == {"sl-2": PushedCheckin(b"sl-2")}  # sl-3's arrives
+    for uid in ("sl-3", "sl-4"):
+        offers.arrived(rows[uid][1].digest, rows[uid][0])
+    assert set(offers.checkins(5, ["sl-2", "sl-3", "sl-4"])) == {"sl-2", "sl-3"}  # sl-4 pushed none
+    assert offers.checkins(6, ["sl-2", "sl-3"]) == {}  # rows of round 5, not 6
+    flat, manifest = _model(21, 4096)
+    offers.arriving("sl-2", manifest.digest, 6, 1.0, PushedCheckin(b"sl-2 of round 6"))
+    offers.arrived(manifest.digest, flat)
+    assert offers.checkins(5, ["sl-2"]) == {}  # its next push replaced it: the leader keeps what it merges
+    assert offers.checkins(6, ["sl-2"]) == {"sl-2": PushedCheckin(b"sl-2 of round 6")}
+
+
 async def test_a_merge_made_before_the_close_is_served_only_to_who_asks_for_exactly_its_participants() -> (
     None
 ):
@@ -329,15 +372,17 @@ async def test_going_on_early_waits_for_the_close_of_the_round_before_the_last_n
     members = ("sl-1", "sl-2", "sl-3")
     leader7 = leader_order("c1", 7, members)[0]
     uid = next(m for m in members if m != leader_order("c1", 8, members)[0])
-    engine = RoundEngine(cast(Any, SimpleNamespace(uid=uid)), cast(Any, None), _holder(), "c1")
+    ledger = SimpleNamespace(sign=lambda kind, body: b"signed " + kind.encode())
+    engine = RoundEngine(cast(Any, SimpleNamespace(uid=uid)), cast(Any, ledger), _holder(), "c1")
     engine._last_close = (7, members, leader7)
     offered: list[int] = []
     follows: list[tuple[int, Any, float]] = []
     forever = asyncio.Event()
 
-    async def offer(flat: FlatState, manifest: Manifest, prediction: Any, *_: Any, **__: Any) -> RoundResult:
+    async def offer(part: _Part, prediction: Any, *_: Any, **__: Any) -> RoundResult:
+        assert part.signed == b"signed round.checkin"  # the check-in the leader is to relay, signed before
         offered.append(prediction.number)
-        return RoundResult(flat, manifest.digest.hex(), prediction.number)
+        return RoundResult(part.flat, part.digest, prediction.number)
 
     async def follow(part: _Part, previous: Any, going_early: Any, wait: float) -> RoundResult:
         assert going_early is not None  # the check-in may wait for the early path (CHECKIN_DEFER)
@@ -406,7 +451,7 @@ class _RefusingLedger:
     async def watch(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
         yield SimpleNamespace()
 
-    async def submit(self, kind: str, _body: dict[str, Any]) -> dict[str, Any]:
+    async def submit(self, kind: str, _body: dict[str, Any], **_: Any) -> dict[str, Any]:
         self.submitted.set()
         raise Rejected(kind, "refused here")
 

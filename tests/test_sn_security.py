@@ -18,6 +18,7 @@ import pytest
 
 from certs import client_context, init_swarm
 from contracts.machine import DEFAULT_CONTRACT
+from contracts.views import find_round
 from daemons.bus import Bus, BusConfig, BusConnectError, RemoteError
 from daemons.bus.config import BrokerAddress
 from daemons.identity import Identity
@@ -166,6 +167,69 @@ async def test_a_client_cannot_submit_another_uids_transaction(secure_sn: Runnin
         assert reason == "'sl-1' may not submit a transaction of 'sl-2'"
         nodes = {n["uid"] for n in await LedgerClient(bus, SN).query("nodes")}
         assert "sl-2" not in nodes
+
+
+# ------------------------------------------------------------------------ relayed check-ins
+def checkin(contract: str, digest: str) -> dict[str, Any]:
+    return {"contract": contract, "digest": digest, "samples": 10, "weight": 1.0, "init": False}
+
+
+async def two_members(sn: RunningSN, pki: Path, contract: str) -> None:
+    """``contract`` with sl-1 and sl-2 as members (a round of both)."""
+    async with session(sn, pki, "swci-1") as bus:
+        await LedgerClient(bus, SN).submit("contract.create", {"name": contract})
+    for uid in ("sl-1", "sl-2"):
+        async with session(sn, pki, uid) as bus:
+            ledger = LedgerClient(bus, SN)
+            await ledger.submit("node.register", {"host": "h", "address": "a"})
+            params = {"min_peers": 2, "total_epochs": 1}
+            await ledger.submit("contract.join", {"contract": contract, "params": params})
+
+
+async def test_an_sl_relays_a_peers_signed_check_in_which_the_ledger_takes_as_the_peers(
+    secure_sn: RunningSN, pki: Path
+) -> None:
+    # the predicted leader submits the check-in its participant pushed with its row, with its own
+    await two_members(secure_sn, pki, "relayed")
+    peers = encode_envelope(tx(identity(pki, "sl-2"), "round.checkin", checkin("relayed", "22" * 32)))
+    async with session(secure_sn, pki, "sl-1") as bus:
+        ledger = LedgerClient(bus, SN)
+        receipt = await ledger.submit("round.checkin", checkin("relayed", "11" * 32), relayed=[peers])
+        rounds = await ledger.query("contract.rounds", name="relayed")
+    taken = find_round(rounds, receipt["round"])
+    assert taken is not None
+    assert {c["uid"]: c["digest"] for c in taken["checkins"]} == {"sl-1": "11" * 32, "sl-2": "22" * 32}
+    assert taken["status"] == "CLOSED"  # both in one block: the round closed in it
+    async with session(secure_sn, pki, "sl-2") as bus:  # the peer submits it itself too: already held
+        body = checkin("relayed", "22" * 32)
+        again = await LedgerClient(bus, SN).submit("round.checkin", body, signed=peers)
+    assert again["duplicate"] is True and again["round"] == receipt["round"]
+
+
+async def test_only_signed_check_ins_are_relayed_and_only_by_an_sl(secure_sn: RunningSN, pki: Path) -> None:
+    await two_members(secure_sn, pki, "relay-hostile")
+    sl2 = identity(pki, "sl-2")
+    forged = msgpack.unpackb(encode_envelope(tx(sl2, "round.checkin", checkin("relay-hostile", "22" * 32))))
+    forged["b"] = msgpack.packb(checkin("relay-hostile", "33" * 32))  # changed after sl-2 signed it
+    register = tx(sl2, "node.register", {"host": "relayed"})  # not a check-in
+    relayed = [msgpack.packb(forged), encode_envelope(register), b"\x92not an envelope"]
+    async with session(secure_sn, pki, "sl-1") as bus:
+        ledger = LedgerClient(bus, SN)
+        body = checkin("relay-hostile", "11" * 32)
+        receipt = await ledger.submit("round.checkin", body, relayed=relayed)  # its own is taken
+        rounds = await ledger.query("contract.rounds", name="relay-hostile")
+        host = (await ledger.query("node", uid="sl-2"))["host"]
+    taken = find_round(rounds, receipt["round"])
+    assert taken is not None
+    assert [c["uid"] for c in taken["checkins"]] == ["sl-1"]
+    assert host == "h"  # the relayed node.register was left out
+    async with session(secure_sn, pki, "swci-1") as bus:
+        peers = encode_envelope(tx(sl2, "round.checkin", checkin("relay-hostile", "22" * 32)))
+        own = encode_envelope(tx(identity(pki, "swci-1"), "contract.create", {"name": "relay-by-swci"}))
+        with pytest.raises(RemoteError, match="may not relay check-ins: only an SL does"):
+            await bus.request(SN, "submit", {"tx": own, "relayed": [peers]}, timeout=15)
+        with pytest.raises(RemoteError, match="'relayed' must be a list of at most 64 envelopes"):
+            await bus.request(SN, "submit", {"tx": own, "relayed": "not a list"}, timeout=15)
 
 
 # ------------------------------------------------------------------------------------ roles

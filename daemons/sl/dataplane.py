@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,6 +61,7 @@ __all__ = [
     "Endpoint",
     "Offered",
     "Offers",
+    "PushedCheckin",
     "Served",
     "decode_reply",
     "decode_request",
@@ -79,6 +80,7 @@ _DIGEST_BYTES = 32
 _MAX_UID = 256
 _MAX_ROUND = 2**53
 _MAX_AMONG = 4096
+MAX_CHECKIN_BYTES = 64 * 1024  # a signed check-in envelope pushed with a row, its certificate included
 # What a request over a kept connection fails of: the connection, the peer, or what the peer sent.
 _TRANSFER_ERRORS = (OSError, asyncio.IncompleteReadError, TimeoutError, CodecError, ssl.SSLError)
 # Whether a peer may have a held model: (digest, the uid it claims, its certificate's CN or None) -> why not.
@@ -113,6 +115,16 @@ def parse_address(text: object) -> Endpoint | None:
 
 
 # ------------------------------------------------------------------------------------------- frames
+class PushedCheckin(NamedTuple):
+    """A check-in pushed with a row for the leader to relay to the ledger with its own: the signed
+    envelope, and the digest of the pusher's check-in before it (``after``) when that one's round may
+    not have closed yet; the leader relays it only once the ledger closed a round that lists that one,
+    so that it cannot land in the round its predecessor waits for."""
+
+    envelope: bytes
+    after: bytes | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class DataRequest:
     """A model asked for: a held one by ``digest``, or the merged model of ``contract`` round ``round``."""
@@ -126,6 +138,7 @@ class DataRequest:
     offer_round: int | None = None  # the round the pusher predicts its row is for
     offer_weight: float | None = None  # the weight it checks in with
     offer_file: str | None = None  # the pusher's buffer file holding the offer, instead of a payload
+    offer_checkin: PushedCheckin | None = None  # the pusher's signed check-in, for the leader to relay
     files: bool = False  # the asker can copy the model from a file of ours (same host, same user)
     height: int | None = None  # the newest ledger block the asker of a held model saw (its check reads there)
 
@@ -161,10 +174,12 @@ def encode_offer(
     weight: float | None = None,
     *,
     file: str | None = None,
+    checkin: PushedCheckin | None = None,
 ) -> bytes:
     """The head of an offer: ``manifest.total`` bytes of the model follow it, or none when ``file``
     names the sender's buffer file holding them. ``number`` and ``weight``: the round the sender
-    predicts and the weight it checks in with (a leader merges early with them)."""
+    predicts and the weight it checks in with (a leader merges early with them); ``checkin``: the
+    sender's signed check-in of this model, which the leader submits to the ledger with its own."""
     head: dict[str, Any] = {"op": "offer", "manifest": manifest.body(), "sender": sender}
     if number is not None:
         head["round"] = number
@@ -172,6 +187,10 @@ def encode_offer(
         head["weight"] = weight
     if file is not None:
         head["file"] = file
+    if checkin is not None:
+        head["checkin"] = checkin.envelope
+        if checkin.after is not None:
+            head["after"] = checkin.after
     return encode_frame_head(head, nbytes=0 if file is not None else manifest.total)
 
 
@@ -197,6 +216,7 @@ def decode_request(
             offer_round=None if number is None else _round_number(number),
             offer_weight=None if weight is None else float(weight),
             offer_file=None if file is None else checked_path(file),
+            offer_checkin=_pushed_checkin(header),
         )
     if op not in ("get", "result") or payload_size(header) != 0:
         raise CodecError(
@@ -218,6 +238,23 @@ def decode_request(
     return DataRequest(
         sender, contract=contract, round=_round_number(number), among=_among(header.get("among")), files=files
     )
+
+
+def _pushed_checkin(header: dict[str, object]) -> PushedCheckin | None:
+    """The signed check-in an offer carries (``checkin``, and ``after``: its sender's check-in before
+    it), checked for shape only: the ledger verifies the signature when the leader relays it."""
+    envelope, after = header.get("checkin"), header.get("after")
+    if envelope is None:
+        if after is not None:
+            raise CodecError("data plane offer: 'after' without a 'checkin'")
+        return None
+    if not isinstance(envelope, bytes) or not 0 < len(envelope) <= MAX_CHECKIN_BYTES:
+        raise CodecError(
+            f"data plane offer: 'checkin' must be a signed envelope of 1..{MAX_CHECKIN_BYTES} bytes"
+        )
+    if after is not None and (not isinstance(after, bytes) or len(after) != _DIGEST_BYTES):
+        raise CodecError(f"data plane offer: 'after' must be a digest of {_DIGEST_BYTES} bytes")
+    return PushedCheckin(envelope, after)
 
 
 def _height(height: object) -> int:
@@ -299,6 +336,14 @@ class Offered:
     weight: float | None
 
 
+class _Named(NamedTuple):
+    """What an offer named besides its model."""
+
+    round: int | None
+    weight: float | None
+    checkin: PushedCheckin | None
+
+
 class Offers:
     """Models peers pushed to this node ahead of a round (``op: "offer"``), by digest: the newest of
     each sender, for at most ``capacity`` senders. The leader takes a participant's row from here when
@@ -309,17 +354,22 @@ class Offers:
         self._newest: OrderedDict[str, bytes] = OrderedDict()  # sender -> digest of its newest offer
         self._models: dict[bytes, FlatState] = {}
         self._arriving: dict[bytes, asyncio.Future[FlatState | None]] = {}
-        self._for: dict[str, tuple[int | None, float | None]] = {}  # sender -> (round, weight) it named
+        self._for: dict[str, _Named] = {}  # sender -> what its newest offer named
         self._changed = asyncio.Event()  # set (and replaced) whenever a push ends
 
     def arriving(
-        self, sender: str, digest: bytes, number: int | None = None, weight: float | None = None
+        self,
+        sender: str,
+        digest: bytes,
+        number: int | None = None,
+        weight: float | None = None,
+        checkin: PushedCheckin | None = None,
     ) -> None:
         """``sender`` started to push the model ``digest`` (it replaces that sender's previous offer),
-        for round ``number`` with ``weight`` when it named them."""
+        for round ``number`` with ``weight`` and its signed ``checkin`` when it named them."""
         self._drop(sender)
         self._newest[sender] = digest
-        self._for[sender] = (number, weight)
+        self._for[sender] = _Named(number, weight, checkin)
         while len(self._newest) > self.capacity:
             self._drop(next(iter(self._newest)))
         pending = self._arriving.get(digest)
@@ -353,9 +403,21 @@ class Offers:
             for uid in senders
         )
 
+    def checkins(self, number: int, senders: Sequence[str]) -> dict[str, PushedCheckin]:
+        """The signed check-ins that those of ``senders`` whose row of round ``number`` is here pushed
+        with it (``encode_offer``), by sender."""
+        return {
+            uid: named.checkin
+            for uid in senders
+            if (named := self._for.get(uid)) is not None
+            and named.checkin is not None
+            and self._offered(uid, number) is not None
+        }
+
     def _named(self, sender: str) -> int | None:
         """The round ``sender``'s newest offer is for (None: it named none, or pushed nothing)."""
-        return self._for.get(sender, (None, None))[0]
+        named = self._for.get(sender)
+        return None if named is None else named.round
 
     def _broke_off(self, sender: str, number: int) -> bool:
         digest = self._newest.get(sender)
@@ -364,7 +426,7 @@ class Offers:
     def _offered(self, sender: str, number: int) -> Offered | None:
         digest = self._newest.get(sender)
         flat = self._models.get(digest) if digest is not None and self._named(sender) == number else None
-        return None if digest is None or flat is None else Offered(digest, flat, self._for[sender][1])
+        return None if digest is None or flat is None else Offered(digest, flat, self._for[sender].weight)
 
     async def take(self, digest: bytes, timeout: float) -> FlatState | None:
         """The offered model ``digest``: at once when it is here, after up to ``timeout`` seconds when it
@@ -539,7 +601,9 @@ class DataPlaneServer:
     ) -> None:
         """Receive a pushed model, checking every chunk, and keep it in ``offers``."""
         assert self.offers is not None  # noqa: S101 - checked by _answer
-        self.offers.arriving(request.sender, manifest.digest, request.offer_round, request.offer_weight)
+        self.offers.arriving(
+            request.sender, manifest.digest, request.offer_round, request.offer_weight, request.offer_checkin
+        )
         flat = None
         try:
             buffer = MODEL_BUFFERS.take(manifest.total)
@@ -705,14 +769,16 @@ class DataPlaneClient:
         *,
         number: int | None = None,
         weight: float | None = None,
+        checkin: PushedCheckin | None = None,
         idle_timeout: float = 10.0,
     ) -> None:
         """Push the model ``manifest`` describes to ``endpoint`` (a predicted leader), as our row of round
-        ``number`` with ``weight``; TransferError when it was not taken."""
+        ``number`` with ``weight`` and our signed ``checkin`` of it; TransferError when it was not taken."""
         self._check_tls(endpoint)
         conn = await self._connection(endpoint)
         file = MODEL_BUFFERS.file_of(flat.buffer) if self._files_from(endpoint) else None
-        head = encode_offer(manifest, self.uid, number, weight, file=None if file is None else str(file))
+        path = None if file is None else str(file)
+        head = encode_offer(manifest, self.uid, number, weight, file=path, checkin=checkin)
         async with self._holding(
             endpoint, conn, f"offering model {digest_hex(manifest.digest)} to {endpoint}"
         ):

@@ -17,6 +17,7 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -28,7 +29,7 @@ from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
 from daemons.settings import seconds_from_env
 from daemons.sl.buffers import MODEL_BUFFERS
-from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, Served, parse_address
+from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, PushedCheckin, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, Rows, TensorLayout, merge_flat
 from daemons.sl.roundtimes import RoundTimer
 from daemons.sl.screening import Exclusion, merge_weights, required_rows, screen
@@ -67,6 +68,9 @@ CHECKIN_DEFER = 0.5
 part of a round (the check-ins' block, their receipts and events) then runs beside training, not beside
 the merge; a round whose early path stalls (a peer gone, a straggler) reaches the ledger that much later."""
 EARLY_SPAN = 3.0
+RELAY_WAIT = 0.5
+"""Seconds a participant that pushed its check-in with its row waits for the predicted leader's relay
+of it to show in the round's events before it submits it itself (a leader gone or mistaken)."""
 EARLY_KEPT = 8
 
 
@@ -133,7 +137,13 @@ class _Part:
     prior: tuple[_Part, asyncio.Task[RoundResult]] | None = None
     # True once the ledger closed the round we checked in to; False when the follow ended without that
     closed: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    # the check-ins (uid -> digest) of the round we checked in to, once closed, as far as its view lists them
+    closed_checkins: dict[str, str] = field(default_factory=dict)
     gone_early: RoundResult | None = None
+    signed: bytes | None = None  # our check-in's envelope, signed before the early path began
+    relayed_by: str | None = None  # the predicted leader that took it with our row to relay; None: we submit
+    # as the predicted leader: the check-ins the participants pushed with the rows we merge early
+    pushed: dict[str, PushedCheckin] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -161,6 +171,11 @@ async def _closed_before(following: _Following | None, *, failed_after: bool = T
 def _participants(rnd: dict[str, Any]) -> tuple[str, ...]:
     """A round's participants in one order (sorted), as predictions and early merges name them."""
     return tuple(sorted(str(uid) for uid in rnd.get("participants") or ()))
+
+
+def _checkins(rnd: dict[str, Any] | None) -> dict[str, str]:
+    """The check-ins (uid -> digest) a round's view lists (none in the brief of a large round)."""
+    return {str(c.get("uid")): str(c.get("digest")) for c in (rnd or {}).get("checkins") or ()}
 
 
 def _lacks(rnd: dict[str, Any] | None, uid: str) -> bool:
@@ -544,8 +559,18 @@ class RoundEngine:
             prediction is not None and not keep_own and not init and self.uid in prediction.participants
         )
         previous_follow = previous[1] if previous else None
+        signed = self._signed_checkin(body, prediction) if may_go_early else None
         part = _Part(
-            flat, manifest, body, keep_own, public, previous_follow, prediction, self.rejoins, prior=previous
+            flat,
+            manifest,
+            body,
+            keep_own,
+            public,
+            previous_follow,
+            prediction,
+            self.rejoins,
+            previous,
+            signed=signed,
         )
         loop = asyncio.get_running_loop()
         source: asyncio.Task[RoundResult | None] | None = None
@@ -555,11 +580,11 @@ class RoundEngine:
             and self.offers is not None
             and may_go_early
         ):
-            merging = loop.create_task(self._merge_early(prediction, flat, digest, weight))
+            merging = loop.create_task(self._merge_early(part, prediction, weight))
             self._early_merges[prediction.number] = (prediction, merging)
             source = loop.create_task(_early_result(merging))
         elif prediction is not None:
-            source = loop.create_task(self._offer(flat, manifest, prediction, weight, fetch=may_go_early))
+            source = loop.create_task(self._offer(part, prediction, weight, fetch=may_go_early))
         wait = self._checkin_wait() if may_go_early else 0.0
         following = loop.create_task(self._follow(part, previous, source, wait))
         started = loop.time()
@@ -634,11 +659,12 @@ class RoundEngine:
         until it closed and, were we its leader, our merge was recorded)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        await _closed_before(previous)
-        if going_early is not None and wait > 0:
-            await asyncio.wait((going_early,), timeout=max(deadline - loop.time(), 0.0))
+        # Subscribed before anything else: the predicted leader may relay our check-in before we look.
         async with self.ledger.watch("round", self.contract, keep=True) as watch:
-            receipt, view = await self._submit_checkin(part, watch, going_early)
+            await _closed_before(previous)
+            if going_early is not None and wait > 0:
+                await asyncio.wait((going_early,), timeout=max(deadline - loop.time(), 0.0))
+            receipt, view = await self._submit_checkin(part, watch, going_early, previous)
             number = self._checked_in(part, receipt)
             # The watch was subscribed before the checkin, so the events of its block and of every later
             # one arrive; only a resent checkin (its first answer lost) reads the rounds again.
@@ -651,6 +677,7 @@ class RoundEngine:
             try:
                 while True:
                     if not part.closed.done() and _has_closed(view, number):
+                        part.closed_checkins = _checkins(find_round(view, number))
                         part.closed.set_result(True)
                     self._confirm(view)
                     await self._lead_replaced(view, number)
@@ -672,25 +699,62 @@ class RoundEngine:
                 await _stop(leading, early[1] if early else None)
 
     async def _submit_checkin(
-        self, part: _Part, watch: Watch, going_early: asyncio.Task[Any] | None
+        self,
+        part: _Part,
+        watch: Watch,
+        going_early: asyncio.Task[Any] | None,
+        previous: _Following | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Submit our check-in: its receipt, and the newest rounds view an event gave meanwhile ({} when
         none came). Once we went on early, the check-in records a round we are past, and the event of
-        its close lists it (a predicted round of at most ``BRIEF_CHECKINS``): the SN is asked to answer
-        only a failure, and that event is the receipt. A round that stays open longer than the RPC's
-        first resend gets the answer as before."""
+        its close lists it (a predicted round of at most ``BRIEF_CHECKINS``): that event is the
+        receipt. The predicted leader submits the check-ins its participants pushed with their rows
+        with its own (``_relayed``); a participant whose check-in the leader took waits for it there,
+        ``RELAY_WAIT`` seconds at most, then submits it itself. A quiet submit asks the SN to answer
+        only a failure; a round that stays open longer than the RPC's first resend gets the answer."""
         prediction = part.prediction
+        relayed = self._relayed(part, previous)
+        submit = partial(self.ledger.submit, "round.checkin", part.body, signed=part.signed, relayed=relayed)
         if prediction is None or len(prediction.participants) > BRIEF_CHECKINS or not _gave(going_early):
-            return await self.ledger.submit("round.checkin", part.body), {}
+            part.relayed_by = None  # submitted by us, whether or not the leader relays it too
+            return await submit(), {}
         shown = _Shown()
         looking = asyncio.get_running_loop().create_task(
             self._checkin_shown(watch, part.digest, prediction.number, shown)
         )
         try:
-            receipt = await self.ledger.submit("round.checkin", part.body, seen=looking)
+            if part.relayed_by is not None:
+                done, _ = await asyncio.wait((looking,), timeout=RELAY_WAIT)
+                if done:
+                    return looking.result(), shown.view
+                log.info("round %d: %s did not relay our check-in within %g s; submitting it ourselves",
+                         prediction.number, part.relayed_by, RELAY_WAIT)  # fmt: skip
+                part.relayed_by = None
+            receipt = await submit(seen=looking)
         finally:
             await _stop(looking)
         return receipt, shown.view
+
+    def _signed_checkin(self, body: dict[str, Any], prediction: _Prediction | None) -> bytes | None:
+        """Our check-in, signed now for the predicted leader to relay with its own: in a round whose
+        close's event lists its check-ins (at most ``BRIEF_CHECKINS``), where we take our receipt."""
+        if prediction is None or len(prediction.participants) > BRIEF_CHECKINS:
+            return None
+        return self.ledger.sign("round.checkin", body)
+
+    def _relayed(self, part: _Part, previous: _Following | None) -> list[bytes]:
+        """As the predicted leader: the check-ins our round's participants pushed with their rows, to
+        submit with ours. Only those whose check-in before (``PushedCheckin.after``) the round our last
+        one joined lists, now closed: the ledger then puts them in the open round, as it does ours."""
+        prediction = part.prediction
+        if prediction is None or prediction.leader != self.uid or part.signed is None:
+            return []
+        closed = previous[0].closed_checkins if previous is not None else {}
+        return [
+            pushed.envelope
+            for uid, pushed in part.pushed.items()
+            if pushed.after is None or closed.get(uid) == pushed.after.hex()
+        ]
 
     async def _checkin_shown(self, watch: Watch, digest: str, since: int, shown: _Shown) -> dict[str, Any]:
         """The receipt of our check-in of ``digest`` (in round ``since`` or a later one) as the rounds
@@ -813,7 +877,8 @@ class RoundEngine:
         self.checked_in = {**held, part.manifest.digest: number} if not part.public else held
         if part.gone_early is None:
             self._timer.mark("checkin")
-        log.info("checked in model %s to round %d of %s", part.digest[:16], number, self.contract)
+        relayed = f" (relayed by {part.relayed_by})" if part.relayed_by is not None else ""
+        log.info("checked in model %s to round %d of %s%s", part.digest[:16], number, self.contract, relayed)
         return number
 
     async def _check_in_again(self, part: _Part, number: int) -> dict[str, Any]:
@@ -1337,12 +1402,13 @@ class RoundEngine:
         return _Prediction(number + 1, tuple(sorted(participants)), ordered[0])
 
     async def _offer(
-        self, flat: FlatState, manifest: Manifest, prediction: _Prediction, weight: float, *, fetch: bool
+        self, part: _Part, prediction: _Prediction, weight: float, *, fetch: bool
     ) -> RoundResult | None:
         """Push the model we check in to the predicted leader, so that it has our row (and merges)
-        before the round closes; with ``fetch``, then take that merge from it: the round's result when
-        it comes before the ledger's close. A wrong guess or a failure costs only the push (the leader
-        pulls as before)."""
+        before the round closes; with ``fetch``, with our signed check-in for it to relay (naming our
+        check-in before, whose round may be open still), then take that merge from it: the round's
+        result when it comes before the ledger's close. A wrong guess or a failure costs only the push
+        (the leader pulls as before)."""
         leader = prediction.leader
         if leader == self.uid or self.dataplane is None:
             return None
@@ -1350,9 +1416,17 @@ class RoundEngine:
         if endpoint is None:
             return None
         number = prediction.number if fetch else None  # a row for an early merge only if we go early too
+        after = part.prior[0].manifest.digest if part.prior is not None else None
+        checkin = PushedCheckin(part.signed, after) if fetch and part.signed is not None else None
         try:
             await self.dataplane.offer(
-                endpoint, flat, manifest, number=number, weight=weight, idle_timeout=self.fetch_timeout
+                endpoint,
+                part.flat,
+                part.manifest,
+                number=number,
+                weight=weight,
+                checkin=checkin,
+                idle_timeout=self.fetch_timeout,
             )
         except TransferError as exc:
             log.info("could not push our model to %s (it pulls it if it leads): %s", leader, exc)
@@ -1360,6 +1434,8 @@ class RoundEngine:
         except Exception:  # a push only saves the leader a pull: it never fails the round
             log.exception("pushing our model to %s failed", leader)
             return None
+        if checkin is not None:
+            part.relayed_by = leader
         closed = self._last_close is not None and self._last_close[0] >= prediction.number
         if not fetch or closed or (self._prefetch is not None and self._prefetch.number == prediction.number):
             return None
@@ -1371,16 +1447,17 @@ class RoundEngine:
         merged, merged_manifest = got
         return RoundResult(merged, merged_manifest.digest.hex(), prediction.number)
 
-    async def _merge_early(
-        self, prediction: _Prediction, own: FlatState, digest: str, weight: float
-    ) -> _EarlyMerge | None:
+    async def _merge_early(self, part: _Part, prediction: _Prediction, weight: float) -> _EarlyMerge | None:
         """As the predicted leader: merge the rows the predicted participants push, as soon as all are
         here, and serve the result to those who ask for a merge of exactly them. None when it cannot
-        (a row of another layout, too few usable rows): the round is then led as usual at its close."""
+        (a row of another layout, too few usable rows): the round is then led as usual at its close.
+        The check-ins pushed with the rows are kept for our own check-in to relay (``part.pushed``)."""
         assert self.offers is not None  # noqa: S101 - checked by the caller
+        own, digest = part.flat, part.digest
         number, participants = prediction.number, list(prediction.participants)
         others = [uid for uid in participants if uid != self.uid]
         offered = await self.offers.rows(number, others)
+        part.pushed = self.offers.checkins(number, others)  # a participant's next push replaces them
         if len(offered) < len(others):
             return None  # a push broke off: the round is led as usual
         await _debug_merge_delay()

@@ -47,6 +47,8 @@ __all__ = ["SNNode", "SNOptions", "VERSION"]
 log = logging.getLogger("swarm.sn")
 VERSION = "0.1.0"
 _MAX_BLOCKS_PER_REPLY = 200
+MAX_RELAYED = 64  # peers' check-ins one submit relays, at most
+RELAYABLE = "tx:round.checkin"  # the one kind of transaction an SL submits for a peer
 # How long a read that names a block this SN's copy of the chain does not hold yet waits for it (a
 # follower of a cluster or a replica is a block or so behind the sealer whose event the client saw).
 READ_WAIT = 3.0
@@ -78,6 +80,34 @@ def _who(env: Envelope) -> str:
 
 def _foreign_tx(submitter: Envelope, tx: Envelope) -> str:
     return f"{_who(submitter)} may not submit a transaction of {_who(tx)}"
+
+
+def _relayed(request: Request) -> list[bytes]:
+    """The peers' check-ins a ``submit`` relays (``relayed``): only an SL relays, only signed
+    ``round.checkin`` envelopes; another kind of transaction is left out, with a log line."""
+    relayed = request.body.get("relayed")
+    if relayed is None:
+        return []
+    if (
+        not isinstance(relayed, list)
+        or len(relayed) > MAX_RELAYED
+        or not all(isinstance(r, bytes) for r in relayed)
+    ):
+        raise RpcError("bad-request", f"submit's 'relayed' must be a list of at most {MAX_RELAYED} envelopes")
+    if relayed and request.role != "sl":
+        raise RpcError("rejected", f"{_who(request.envelope)} may not relay check-ins: only an SL does")
+    kept = []
+    for raw in relayed:
+        try:
+            kind = decode_envelope(raw, what="relayed check-in").kind
+        except CodecError as exc:
+            log.info("left out a check-in %r relayed: %s", request.sender, exc)
+            continue
+        if kind != RELAYABLE:
+            log.info("left out a transaction %r relayed: %s is not a check-in", request.sender, kind)
+            continue
+        kept.append(raw)
+    return kept
 
 
 class SNNode:
@@ -357,6 +387,7 @@ class SNNode:
         raw = request.body.get("tx")
         if not isinstance(raw, bytes):
             raise RpcError("bad-request", "submit needs 'tx': the signed transaction envelope")
+        relayed = _relayed(request)
         if request.role != "sn":
             try:
                 env = decode_envelope(raw, what="transaction")
@@ -364,6 +395,32 @@ class SNNode:
                 raise RpcError("rejected", str(exc)) from None
             if env.sender != request.sender or env.identity != request.envelope.identity:
                 raise RpcError("rejected", _foreign_tx(request.envelope, env))
+        if not relayed:
+            return await self._write(raw)
+        failed: RpcError | None = None
+        async with asyncio.TaskGroup() as group:
+            for other in relayed:
+                group.create_task(self._relay(other, request.sender))
+            try:
+                written = await self._write(raw)
+            except RpcError as exc:
+                failed = exc
+        if failed is not None:
+            raise failed
+        return written
+
+    async def _relay(self, raw: bytes, relayer: str) -> None:
+        """A peer's signed check-in that ``relayer`` submitted with its own: sealed as if its signer had
+        submitted it (the sealer verifies the signature); a refusal is only logged, since the signer
+        submits it itself when its check-in does not show in the round's events."""
+        try:
+            await self._write(raw)
+        except RpcError as exc:
+            level = logging.DEBUG if is_duplicate(exc.message) else logging.INFO
+            log.log(level, "a check-in %s relayed was not taken: %s", relayer, exc.message)
+
+    async def _write(self, raw: bytes) -> dict[str, Any]:
+        """Seal ``raw`` (or have the SN that seals do it); its receipt, or RpcError."""
         if self.sealer is None and self.cluster is not None:
             return await self.cluster.forward(raw)
         if self.sealer is None:
