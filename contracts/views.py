@@ -48,6 +48,8 @@ View = dict[str, Any]
 
 BRIEF_CHECKINS = 16
 """The most check-ins a closed round's event form lists (more, and its leader reads them)."""
+BRIEF_FINISHED = 4
+"""The most rounds that finished in one block an event form lists (the newest of them)."""
 
 
 class QueryError(LookupError):
@@ -260,8 +262,8 @@ def _round_brief(rnd: Round) -> View:
 def rounds_brief(state: State, name: str) -> View:
     """The event form of a contract's rounds: statuses and roles, the check-ins only of a closed round
     of at most ``BRIEF_CHECKINS`` (what its leader merges), the open round's ``min_peers``, and only
-    the last finished round, so that an event stays small however many nodes check in (a node that
-    needs more reads ``rounds``)."""
+    the rounds that finished in the newest block that finished any (``_last_finished``), so that an
+    event stays small however many nodes check in (a node that needs more reads ``rounds``)."""
     contract = _contract(state, name)
     book = state.rounds.get(name)
     if book is None:
@@ -274,8 +276,17 @@ def rounds_brief(state: State, name: str) -> View:
         "contract": name,
         "open": open_brief,
         "closed": [_round_brief(r) for r in book.pending],
-        "finished": [_round_brief(book.done[-1])] if book.done else [],
+        "finished": [_round_brief(r) for r in _last_finished(book.done)],
     }
+
+
+def _last_finished(done: tuple[Round, ...]) -> list[Round]:
+    """The rounds that finished in the newest block that finished any: one, or a few when the SN sealed
+    the merges it held for a round's close together (``daemons/sn/sealer.py``), so that a node that
+    follows a round sees its end in an event, whichever."""
+    if not done:
+        return []
+    return [r for r in done[-BRIEF_FINISHED:] if r.ended_at == done[-1].ended_at]
 
 
 def model(state: State, name: str) -> View:

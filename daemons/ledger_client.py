@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import random
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +27,9 @@ from contracts.tx import is_duplicate
 from contracts.views import listed_rounds
 from daemons.aio import raise_if_cancelling
 from daemons.bus import Bus, BusError, RemoteError
+from daemons.bus.endpoint import Message
 from daemons.bus.session import Subscription
-from wire import CodecError, encode_envelope, make_envelope
+from wire import CodecError, Envelope, encode_envelope, make_envelope
 
 __all__ = ["Event", "LedgerClient", "Patience", "Rejected", "Watch", "find_sn"]
 
@@ -172,18 +174,50 @@ def _pick_sn(found: dict[str, dict[str, Any]], prefer: str | None, avoid: str | 
     return min(online) if online else None
 
 
+class OpenedEvents:
+    """The last few event messages a bus session received, each opened (decoded and verified) once
+    however many watches of it get that message: a node's follow of one round and of the next watch the
+    same events for a moment."""
+
+    def __init__(self, bus: Bus, size: int = 16) -> None:
+        self._bus = bus
+        self._size = size
+        self._opened: OrderedDict[int, tuple[Message, Envelope | None]] = OrderedDict()
+
+    def open(self, message: Message) -> Envelope | None:
+        """``message``'s envelope, or None when it does not open (``Bus.open``)."""
+        key = id(message)  # the entry holds the message, so its id is not reused while it is here
+        kept = self._opened.get(key)
+        if kept is not None and kept[0] is message:
+            return kept[1]
+        try:
+            env: Envelope | None = self._bus.open(message)
+        except CodecError:
+            env = None
+        self._opened[key] = (message, env)
+        if len(self._opened) > self._size:
+            self._opened.popitem(last=False)
+        return env
+
+
 class Watch:
     """Events of one entity kind (and key), newest first-come, duplicates and stale ones dropped."""
 
     def __init__(
-        self, bus: Bus, sub: Subscription, entity: str, on_height: Callable[[int], None] | None = None
+        self,
+        bus: Bus,
+        sub: Subscription,
+        entity: str,
+        on_height: Callable[[int], None] | None = None,
+        opened: OpenedEvents | None = None,
     ) -> None:
-        """``on_height``: told the block height of every event that arrives (``LedgerClient.saw``)."""
-        self._bus = bus
+        """``on_height``: told the block height of every event that arrives (``LedgerClient.saw``);
+        ``opened``: the envelopes of messages other watches opened already."""
         self._sub = sub
         self._entity = entity
         self._seen: dict[str, int] = {}
         self._on_height = on_height
+        self._opened = opened or OpenedEvents(bus, size=1)
 
     def seen(self, key: str, height: int) -> None:
         """Record that the view of ``key`` at ``height`` is known (from a query)."""
@@ -205,10 +239,9 @@ class Watch:
                 self._seen[event.key] = event.height
                 return event
 
-    def _parse(self, message: Any) -> Event | None:
-        try:
-            env = self._bus.open(message)
-        except CodecError:
+    def _parse(self, message: Message) -> Event | None:
+        env = self._opened.open(message)
+        if env is None:
             return None
         body = env.body
         if env.kind != EVENT_KIND or env.role != "sn" or body.get("entity") != self._entity:
@@ -237,6 +270,7 @@ class LedgerClient:
         # SN whose copy of the chain is behind it waits for that block before answering: a client reads
         # at least what the sealer's events told it, whichever SN of a cluster it asks.
         self.height = 0
+        self._events = OpenedEvents(bus)
 
     def saw(self, height: int) -> None:
         """Note that the chain holds block ``height`` (from an event or a receipt)."""
@@ -444,4 +478,4 @@ class LedgerClient:
         ``keep``: the broker keeps the subscription for the next watch (``Bus.subscribe``)."""
         topic = self.bus.topics.events("+", entity, key)
         async with self.bus.subscribe(topic, maxsize=10_000, keep=keep) as sub:
-            yield Watch(self.bus, sub, entity, self.saw)
+            yield Watch(self.bus, sub, entity, self.saw, self._events)

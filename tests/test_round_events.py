@@ -65,3 +65,23 @@ def test_a_check_in_is_found_in_the_event_of_its_rounds_close_and_only_there() -
     assert _round_listing(brief, "sl1", _digest("sl2"), 1) is None  # another model
     assert _round_listing(brief, "sl3", _digest("sl1"), 1) is None  # another node
     assert _round_listing(brief, "sl1", _digest("sl1"), 2) is None  # an earlier round's check-in
+
+
+def test_every_round_that_finished_in_the_newest_block_is_in_its_event() -> None:
+    # with its participants' check-ins relayed, a round can close before the last one's merge is
+    # submitted: the SN then seals both merges with the next close, and each follower must see its own
+    sim = _closed(["sl1", "sl2"])
+    sim.merge(1, "e1")
+    assert [r["round"] for r in views.rounds_brief(sim.state, C)["finished"]] == [1]
+    sim.tick()
+    for uid in ("sl1", "sl2"):  # round 2 closes ...
+        sim.checkin(uid, _digest(uid + "-2"))
+    sim.run_due()
+    for uid in ("sl1", "sl2"):  # ... and round 3, before round 2's merge comes
+        sim.checkin(uid, _digest(uid + "-3"))
+    sim.run_due()
+    sim.tick()
+    sim.merge(2, "e2")  # one block, one time: round 3's merge sealed with round 2's
+    sim.merge(3, "e3")
+    finished = views.rounds_brief(sim.state, C)["finished"]
+    assert [(r["round"], r["digest"]) for r in finished] == [(2, "e2"), (3, "e3")]  # not round 1's

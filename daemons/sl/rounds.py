@@ -142,8 +142,10 @@ class _Part:
     gone_early: RoundResult | None = None
     signed: bytes | None = None  # our check-in's envelope, signed before the early path began
     relayed_by: str | None = None  # the predicted leader that took it with our row to relay; None: we submit
-    # as the predicted leader: the check-ins the participants pushed with the rows we merge early
-    pushed: dict[str, PushedCheckin] = field(default_factory=dict)
+    # as the predicted leader: the check-ins the participants pushed with the rows we merge early, once here
+    pushed: asyncio.Future[dict[str, PushedCheckin]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
     @property
     def digest(self) -> str:
@@ -709,28 +711,30 @@ class RoundEngine:
         none came). Once we went on early, the check-in records a round we are past, and the event of
         its close lists it (a predicted round of at most ``BRIEF_CHECKINS``): that event is the
         receipt. The predicted leader submits the check-ins its participants pushed with their rows
-        with its own (``_relayed``); a participant whose check-in the leader took waits for it there,
-        ``RELAY_WAIT`` seconds at most, then submits it itself. A quiet submit asks the SN to answer
-        only a failure; a round that stays open longer than the RPC's first resend gets the answer."""
+        with its own (``_relayed``); a participant whose check-in the leader took waits for it there
+        (whether or not its early path ended in time), ``RELAY_WAIT`` seconds at most, then submits it
+        itself. A quiet submit asks the SN to answer only a failure; a round that stays open longer than
+        the RPC's first resend gets the answer."""
         prediction = part.prediction
-        relayed = self._relayed(part, previous)
+        relayed = await self._relayed(part, previous)
         submit = partial(self.ledger.submit, "round.checkin", part.body, signed=part.signed, relayed=relayed)
-        if prediction is None or len(prediction.participants) > BRIEF_CHECKINS or not _gave(going_early):
-            part.relayed_by = None  # submitted by us, whether or not the leader relays it too
+        gone_early = _gave(going_early)
+        brief = prediction is not None and len(prediction.participants) <= BRIEF_CHECKINS
+        if prediction is None or not brief or (part.relayed_by is None and not gone_early):
             return await submit(), {}
         shown = _Shown()
         looking = asyncio.get_running_loop().create_task(
             self._checkin_shown(watch, part.digest, prediction.number, shown)
         )
         try:
-            if part.relayed_by is not None:
+            if part.relayed_by is not None:  # relayed whether or not our early path ended in time
                 done, _ = await asyncio.wait((looking,), timeout=RELAY_WAIT)
                 if done:
                     return looking.result(), shown.view
                 log.info("round %d: %s did not relay our check-in within %g s; submitting it ourselves",
                          prediction.number, part.relayed_by, RELAY_WAIT)  # fmt: skip
                 part.relayed_by = None
-            receipt = await submit(seen=looking)
+            receipt = await (submit(seen=looking) if gone_early else submit())
         finally:
             await _stop(looking)
         return receipt, shown.view
@@ -742,18 +746,26 @@ class RoundEngine:
             return None
         return self.ledger.sign("round.checkin", body)
 
-    def _relayed(self, part: _Part, previous: _Following | None) -> list[bytes]:
+    async def _relayed(self, part: _Part, previous: _Following | None) -> list[bytes]:
         """As the predicted leader: the check-ins our round's participants pushed with their rows, to
-        submit with ours. Only those whose check-in before (``PushedCheckin.after``) the round our last
+        submit with ours (waiting for the rows ``RELAY_WAIT`` seconds at most, as the participants wait
+        for the relay). Only those whose check-in before (``PushedCheckin.after``) the round our last
         one joined lists, now closed: the ledger then puts them in the open round, as it does ours."""
         prediction = part.prediction
-        if prediction is None or prediction.leader != self.uid or part.signed is None:
+        if prediction is None or prediction.leader != self.uid or part.signed is None or self.offers is None:
             return []
+        if not part.pushed.done():
+            await asyncio.wait((part.pushed,), timeout=RELAY_WAIT)
+        if part.pushed.done():
+            pushed = part.pushed.result()
+        else:  # rows still to come: the check-ins of those here
+            others = [uid for uid in prediction.participants if uid != self.uid]
+            pushed = self.offers.checkins(prediction.number, others)
         closed = previous[0].closed_checkins if previous is not None else {}
         return [
-            pushed.envelope
-            for uid, pushed in part.pushed.items()
-            if pushed.after is None or closed.get(uid) == pushed.after.hex()
+            checkin.envelope
+            for uid, checkin in pushed.items()
+            if checkin.after is None or closed.get(uid) == checkin.after.hex()
         ]
 
     async def _checkin_shown(self, watch: Watch, digest: str, since: int, shown: _Shown) -> dict[str, Any]:
@@ -1457,7 +1469,7 @@ class RoundEngine:
         number, participants = prediction.number, list(prediction.participants)
         others = [uid for uid in participants if uid != self.uid]
         offered = await self.offers.rows(number, others)
-        part.pushed = self.offers.checkins(number, others)  # a participant's next push replaces them
+        part.pushed.set_result(self.offers.checkins(number, others))  # before their next pushes replace them
         if len(offered) < len(others):
             return None  # a push broke off: the round is led as usual
         await _debug_merge_delay()
