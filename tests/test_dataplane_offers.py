@@ -374,6 +374,7 @@ async def test_going_on_early_waits_for_the_close_of_the_round_before_the_last_n
     uid = next(m for m in members if m != leader_order("c1", 8, members)[0])
     ledger = SimpleNamespace(sign=lambda kind, body: b"signed " + kind.encode())
     engine = RoundEngine(cast(Any, SimpleNamespace(uid=uid)), cast(Any, ledger), _holder(), "c1")
+    engine.relay_checkins = True  # SWARM_SL_RELAY_CHECKINS
     engine._last_close = (7, members, leader7)
     offered: list[int] = []
     follows: list[tuple[int, Any, float]] = []
