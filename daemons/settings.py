@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-__all__ = ["seconds_from_env"]
+__all__ = ["flag_from_env", "seconds_from_env"]
 
 log = logging.getLogger("swarm.settings")
 
@@ -20,3 +20,9 @@ def seconds_from_env(name: str, default: float) -> float:
     except ValueError:
         log.warning("%s=%r is not a number of seconds; using %g", name, text, default)
         return default
+
+
+def flag_from_env(name: str) -> bool:
+    """Whether ``$name`` turns a setting on: ``true``, ``1``, ``yes`` or ``on`` in any case; anything else,
+    unset included, is off."""
+    return os.environ.get(name, "").strip().lower() in ("true", "1", "yes", "on")

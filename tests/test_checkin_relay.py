@@ -69,7 +69,14 @@ async def test_the_leader_relays_the_check_ins_whose_check_in_before_its_last_cl
     engine = _engine("sl-1", ledger)
     part = _part("sl-1", "sl-1")
     previous = _part("sl-1", "sl-1", seed=2)  # our check-in of round 8, closed with these check-ins
-    previous.closed_checkins = {"sl-1": "aa" * 32, "sl-2": "22" * 32, "sl-3": "33" * 32}
+    previous.closed_round = {
+        "round": 8,
+        "status": "CLOSED",
+        "checkins": [
+            {"uid": uid, "digest": digest}
+            for uid, digest in (("sl-1", "aa" * 32), ("sl-2", "22" * 32), ("sl-3", "33" * 32))
+        ],
+    }
     part.pushed.set_result(
         {
             "sl-2": PushedCheckin(b"sl-2's", bytes.fromhex("22" * 32)),  # its round-8 check-in is there

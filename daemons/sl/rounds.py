@@ -27,7 +27,7 @@ from contracts.views import BRIEF_CHECKINS, find_round, listed_rounds
 from daemons.bus import Bus, BusError
 from daemons.bus.transfer import StateHolder, TransferError, fetch_state
 from daemons.ledger_client import LedgerClient, Rejected, Watch
-from daemons.settings import seconds_from_env
+from daemons.settings import flag_from_env, seconds_from_env
 from daemons.sl.buffers import MODEL_BUFFERS
 from daemons.sl.dataplane import DataPlaneClient, Endpoint, Offers, PushedCheckin, Served, parse_address
 from daemons.sl.merge import MergeError, MergeOptions, Rows, TensorLayout, merge_flat
@@ -76,9 +76,8 @@ EARLY_KEPT = 8
 
 def relay_checkins_enabled() -> bool:
     """``SWARM_SL_RELAY_CHECKINS=true``: the predicted leader relays its participants' check-ins (off by
-    default: with it, a node frozen mid-round cost the others 24 s instead of 5.5 s in ``bench/faults.py``'s
-    ``partition`` row, not yet understood; ``docs/ledger.md``)."""
-    return os.environ.get("SWARM_SL_RELAY_CHECKINS", "").strip().lower() in ("true", "1", "yes", "on")
+    default: with it, three rows of ``bench/faults.py`` missed their targets; ``docs/ledger.md``)."""
+    return flag_from_env("SWARM_SL_RELAY_CHECKINS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +143,9 @@ class _Part:
     prior: tuple[_Part, asyncio.Task[RoundResult]] | None = None
     # True once the ledger closed the round we checked in to; False when the follow ended without that
     closed: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    # the check-ins (uid -> digest) of the round we checked in to, once closed, as far as its view lists them
-    closed_checkins: dict[str, str] = field(default_factory=dict)
+    closed_round: dict[str, Any] | None = (
+        None  # the round we checked in to, as the view that closed it had it
+    )
     gone_early: RoundResult | None = None
     signed: bytes | None = None  # our check-in's envelope, signed before the early path began
     relayed_by: str | None = None  # the predicted leader that took it with our row to relay; None: we submit
@@ -667,13 +667,12 @@ class RoundEngine:
         ledger takes a node's next check-in only then) and the early path ``going_early`` ended (``wait``
         seconds at most), then followed until the round gives us a model (or, once we went on early,
         until it closed and, were we its leader, our merge was recorded)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        # Subscribed before anything else: the predicted leader may relay our check-in before we look.
+        relayable = part.signed is not None  # a leader may relay it before we look: subscribed first
+        if not relayable:
+            await self._ready_to_check_in(previous, going_early, wait)
         async with self.ledger.watch("round", self.contract, keep=True) as watch:
-            await _closed_before(previous)
-            if going_early is not None and wait > 0:
-                await asyncio.wait((going_early,), timeout=max(deadline - loop.time(), 0.0))
+            if relayable:
+                await self._ready_to_check_in(previous, going_early, wait)
             receipt, view = await self._submit_checkin(part, watch, going_early, previous)
             number = self._checked_in(part, receipt)
             # The watch was subscribed before the checkin, so the events of its block and of every later
@@ -687,7 +686,7 @@ class RoundEngine:
             try:
                 while True:
                     if not part.closed.done() and _has_closed(view, number):
-                        part.closed_checkins = _checkins(find_round(view, number))
+                        part.closed_round = find_round(view, number)
                         part.closed.set_result(True)
                     self._confirm(view)
                     await self._lead_replaced(view, number)
@@ -707,6 +706,16 @@ class RoundEngine:
                     await self._stop_prefetch()
                 early = self._early_merges.pop(part.prediction.number, None) if part.prediction else None
                 await _stop(leading, early[1] if early else None)
+
+    async def _ready_to_check_in(
+        self, previous: _Following | None, going_early: asyncio.Task[Any] | None, wait: float
+    ) -> None:
+        """Until the round of our last check-in closed, and our early path ended (``wait`` s at most)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        await _closed_before(previous)
+        if going_early is not None and wait > 0:
+            await asyncio.wait((going_early,), timeout=max(deadline - loop.time(), 0.0))
 
     async def _submit_checkin(
         self,
@@ -770,7 +779,7 @@ class RoundEngine:
         else:  # rows still to come: the check-ins of those here
             others = [uid for uid in prediction.participants if uid != self.uid]
             pushed = self.offers.checkins(prediction.number, others)
-        closed = previous[0].closed_checkins if previous is not None else {}
+        closed = _checkins(previous[0].closed_round if previous is not None else None)
         return [
             checkin.envelope
             for uid, checkin in pushed.items()

@@ -34,6 +34,7 @@ from daemons.identity import Identity, node_name, open_bus
 from daemons.ledger_client import LedgerClient, Patience, Rejected
 from daemons.processes import install_stop_signals
 from daemons.rundir import remove_run_dir
+from daemons.settings import flag_from_env
 from daemons.swop.builds import env_python, run_build
 from daemons.swop.forkservers import ForkServers, fork_servers_enabled
 from daemons.swop.slpeers import SLPeer, peer_spec, sl_uid
@@ -44,10 +45,6 @@ from taskdefs import RunSwarmBody, RunTrialsBody, SlNodeDef, SwopProfile, TaskDe
 __all__ = ["SwopNode", "SwopOptions"]
 
 log = logging.getLogger("swarm.swop")
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1", "yes", "on")
 
 
 @dataclass
@@ -62,7 +59,7 @@ class SwopOptions:
     identity: Identity | None = None
     sn_uid: str | None = None
     offline_grace: float = 120.0
-    keep: bool = field(default_factory=lambda: _truthy(os.environ.get("SWOP_KEEP_CONTAINERS")))
+    keep: bool = field(default_factory=lambda: flag_from_env("SWOP_KEEP_CONTAINERS"))
     cpu_slots: int = 1
 
 
