@@ -47,17 +47,18 @@ class Patience:
 
     ``deadline``: seconds a call may take, retries included; ``attempt``: the longest wait for one
     answer; retries back off from ``backoff_base`` up to ``backoff_cap`` seconds, with jitter, except
-    after an SN answered that a failover is under way: that SN is alive and another SN seals within
-    seconds, so such a call is tried again within ``failover_cap`` seconds, not 10 s later, and on the
-    same SN (it forwards to the new sealer once there is one; another SN would answer the same) until it
-    has answered so for ``failover_stay`` seconds.
+    after an SN answered that it cannot serve now (a failover under way, or it cannot store blocks): that
+    SN is alive and answers at once, and it serves again within seconds of the cause going, so such a
+    call is tried again within ``answered_cap`` seconds, not 10 s later. After a failover answer it is
+    the same SN (it forwards to the new sealer once there is one; another SN would answer the same) until
+    it has answered so for ``failover_stay`` seconds.
     """
 
     deadline: float = 300.0
     attempt: float = 5.0
     backoff_base: float = 0.5
     backoff_cap: float = 10.0
-    failover_cap: float = 1.0
+    answered_cap: float = 1.0
     failover_stay: float = 15.0
 
     @classmethod
@@ -74,10 +75,10 @@ class Patience:
             raise ValueError(f"SWARM_SN_DEADLINE={text!r} must be more than 0 seconds")
         return cls(deadline=deadline, attempt=min(5.0, deadline))
 
-    def backoff(self, attempt: int, *, failover: bool = False) -> float:
-        """Seconds to wait before retry number ``attempt`` (1, 2, ...); ``failover``: the last answer
-        said a failover is under way."""
-        cap = min(self.backoff_cap, self.failover_cap) if failover else self.backoff_cap
+    def backoff(self, attempt: int, *, answered: bool = False) -> float:
+        """Seconds to wait before retry number ``attempt`` (1, 2, ...); ``answered``: the last failure was
+        an SN's answer that it cannot serve now (not a silence)."""
+        cap = min(self.backoff_cap, self.answered_cap) if answered else self.backoff_cap
         return random.uniform(self.backoff_base / 2, min(cap, self.backoff_base * 2**attempt))
 
 
@@ -410,7 +411,7 @@ class LedgerClient:
             report.failed(self.sn, failure, deadline - now)
             failover = isinstance(failure, RemoteError) and failure.code == "failover"
             failover_since = (failover_since or now) if failover else None
-            delay = patience.backoff(attempt, failover=failover)
+            delay = patience.backoff(attempt, answered=isinstance(failure, RemoteError))
             await self._pause(min(delay, max(deadline - loop.time(), 0.0)), reconnects)
             if on_retry is not None:
                 on_retry()

@@ -1,7 +1,7 @@
 """How ``LedgerClient`` retries an SN that answers with a retryable error: an SN that says a failover is
-under way is asked again within ``Patience.failover_cap``, and stays the one asked for
-``Patience.failover_stay`` seconds; any other retried failure backs off as before, on another online SN
-when there is one."""
+under way or cannot store blocks now is asked again within ``Patience.answered_cap``; one that says a
+failover is under way stays the one asked for ``Patience.failover_stay`` seconds; any other retried
+failure moves on to another online SN when there is one."""
 
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ class _Recorded(Patience):
 
     told: list[bool] = field(default_factory=list)
 
-    def backoff(self, attempt: int, *, failover: bool = False) -> float:
-        self.told.append(failover)
+    def backoff(self, attempt: int, *, answered: bool = False) -> float:
+        self.told.append(answered)
         return 0.01
 
 
-@pytest.mark.parametrize(("code", "failover"), [("failover", True), ("unavailable", False)])
-async def test_each_retry_is_told_whether_the_sn_said_a_failover_is_under_way(
-    make_bus: MakeBus, code: str, failover: bool
+@pytest.mark.parametrize("code", ["failover", "unavailable"])
+async def test_each_retry_after_an_sn_answered_it_cannot_serve_now_is_soon(
+    make_bus: MakeBus, code: str
 ) -> None:
+    """That SN is alive: a failover ends, or its disk has room again, within seconds; a silence (an SN
+    or broker down) still backs off up to ``backoff_cap``."""
     refusals = 3
 
     async def sn(request: Request) -> object:
@@ -44,7 +46,7 @@ async def test_each_retry_is_told_whether_the_sn_said_a_failover_is_under_way(
         patience = _Recorded()
         ledger = LedgerClient(client, "sn-1", patience=patience)
         assert (await ledger.status())["height"] == 7
-    assert patience.told == [failover] * 3
+    assert patience.told == [True] * 3
 
 
 class _Refusing:

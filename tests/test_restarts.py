@@ -97,4 +97,4 @@ def test_patience_comes_from_the_environment_and_bad_values_say_what_is_wrong() 
     delays = [Patience().backoff(n) for n in range(1, 12)]
     assert all(0 < d <= Patience().backoff_cap for d in delays)
     # an SN that says a failover is under way is asked again within a second, however many times it said so
-    assert all(0 < Patience().backoff(n, failover=True) <= 1.0 for n in range(1, 12))
+    assert all(0 < Patience().backoff(n, answered=True) <= 1.0 for n in range(1, 12))
