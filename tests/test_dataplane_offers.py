@@ -28,7 +28,7 @@ from daemons.sl.dataplane import (
     encode_offer,
     encode_result_request,
 )
-from daemons.sl.rounds import RoundEngine, RoundResult, _closed_before, _Part
+from daemons.sl.rounds import RoundEngine, RoundResult, _closed_before, _Part, _Prediction
 from wire import CodecError
 from wire.frames import encode_frame_head, header_length
 from wire.tensors import SIGNED_HASHES, XXH3, FlatState, Manifest, make_manifest
@@ -285,6 +285,31 @@ def test_the_next_leader_is_predicted_from_the_last_rounds_participants() -> Non
     assert _engine(None)._prediction() is None
 
 
+def test_a_round_that_closed_with_other_participants_than_predicted_corrects_the_next_prediction() -> None:
+    # sl-4 back from a partition: we predicted rounds 8 and 9 from the three of round 7 and went on
+    # early from both; the ledger closed round 8 with all four. Round 10 is predicted from the four (not
+    # from the three again, which would repeat an early merge the ledger never records, round after round)
+    three, four = ("sl-1", "sl-2", "sl-3"), ("sl-1", "sl-2", "sl-3", "sl-4")
+    engine = _engine((9, three, leader_order("c1", 9, three)[0]))
+    guessed = _Prediction(8, three, leader_order("c1", 8, three)[0])
+    engine._closed_as(8, {"participants": list(four), "leader": leader_order("c1", 8, four)[0]}, guessed)
+    prediction = engine._prediction()
+    assert prediction is not None
+    assert (prediction.number, prediction.participants) == (10, four)
+    assert prediction.leader == leader_order("c1", 10, four)[0]
+
+
+def test_a_round_that_closed_as_predicted_leaves_a_later_prediction_alone() -> None:
+    three = ("sl-1", "sl-2", "sl-3")
+    later = (9, three, leader_order("c1", 9, three)[0])
+    engine = _engine(later)
+    guessed = _Prediction(8, three, leader_order("c1", 8, three)[0])
+    engine._closed_as(8, {"participants": list(three), "leader": guessed.leader}, guessed)
+    assert engine._last_close == later
+    engine._closed_as(10, {"participants": ["sl-1", "sl-2"], "leader": "sl-2"}, None)  # a later close: taken
+    assert engine._last_close == (10, ("sl-1", "sl-2"), "sl-2")
+
+
 def test_a_merged_model_taken_early_is_checked_against_the_ledgers_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -337,7 +362,26 @@ async def test_a_pull_of_an_earlier_round_neither_blocks_nor_stands_in_for_this_
     assert asked == [5, 6]
     assert stale is not None and stale.task.cancelled()
     async with asyncio.timeout(1):  # not the fetch timeout: the pull is of another round
-        assert await engine._prefetched("aa" * 32, 7, final=True) is None
+        assert await engine._prefetched("aa" * 32, 7, members, final=True) is None
+    assert engine._prefetch is None
+
+
+async def test_a_pull_of_a_merge_of_other_participants_is_stopped_not_waited_for() -> None:
+    # asked before the close for the merge of four; the round closed with three (one left) and merged
+    # before we saw its close: that pull never gives the recorded model, so it is not waited for
+    engine = _engine(None)
+    engine.dataplane = cast(Any, SimpleNamespace())
+    never = asyncio.Event()
+
+    async def pull(_leader: str, _number: int, _among: tuple[str, ...] | None) -> None:
+        await never.wait()
+
+    engine._prefetch_from = pull  # type: ignore[method-assign,assignment]
+    await engine._start_prefetch("sl-1", 37, among=("sl-1", "sl-2", "sl-3", "sl-4"))
+    pending = engine._prefetch
+    async with asyncio.timeout(1):  # not the fetch timeout
+        assert await engine._prefetched("aa" * 32, 37, ("sl-1", "sl-2", "sl-3"), final=False) is None
+    assert pending is not None and pending.task.cancelled()
     assert engine._prefetch is None
 
 

@@ -863,7 +863,7 @@ class RoundEngine:
             return RoundResult(own, digest, number, merged=False), leading
         self._timer.mark("merged_wait")
         final = bool(rnd.get("final"))
-        result = await self._prefetched(str(rnd["digest"]), number, final=final)
+        result = await self._prefetched(str(rnd["digest"]), number, _participants(rnd), final=final)
         if result is None:
             result = await self._load_merged(rnd, number, own, digest, final=final)
         self._timer.mark("load")
@@ -934,11 +934,27 @@ class RoundEngine:
         if rnd is None or rnd.get("status") != "CLOSED":
             return _has_closed(view, number)  # open still, ended, or long gone from the views
         leader = str(rnd.get("leader") or "")
-        if self._last_close is None or self._last_close[0] <= number:
-            self._last_close = (number, _participants(rnd), leader)
+        self._closed_as(number, rnd, part.prediction)
         if leader == self.uid and number not in self._led_rounds:
             await self._lead_safely(number, part.flat, going_on=False, seen=view)
         return True
+
+    def _closed_as(self, number: int, rnd: dict[str, Any], predicted: _Prediction | None) -> None:
+        """Round ``number``, which we went on from early as ``predicted``, closed as ``rnd``: the base of
+        our next prediction (``_prediction``). Going on early, we may have predicted a later round from
+        the participants we guessed for this one; when the ledger's differ, that later round's
+        prediction takes the ledger's (and the leader their order names). Else a wrong guess (a node
+        back from a partition, one gone) would repeat itself round after round, each early merge of a
+        set of rows the ledger never closes a round with."""
+        participants, leader = _participants(rnd), str(rnd.get("leader") or "")
+        last = self._last_close
+        if last is None or last[0] <= number:
+            self._last_close = (number, participants, leader)
+        elif predicted is not None and participants != predicted.participants == last[1]:
+            later = last[0]
+            self._last_close = (later, participants, leader_order(self.contract, later, participants)[0])
+            log.info("round %d closed with %s, not the %s we predicted; predicting from them again",
+                     number, ", ".join(participants), ", ".join(predicted.participants))  # fmt: skip
 
     async def _lead_replaced(self, view: dict[str, Any], current: int) -> None:
         """Lead the earlier rounds the ledger handed to us after we went on from them (their leader
@@ -1604,12 +1620,16 @@ class RoundEngine:
         self.holder.keep(flat, manifest)  # servable at once: should the leader die, we hand it on
         return flat, manifest
 
-    async def _prefetched(self, digest: str, number: int, *, final: bool) -> RoundResult | None:
-        """The merged model pulled early, when it is the one whose digest the ledger recorded."""
+    async def _prefetched(
+        self, digest: str, number: int, participants: tuple[str, ...], *, final: bool
+    ) -> RoundResult | None:
+        """The merged model pulled early, when it is the one whose digest the ledger recorded. A pull of
+        another round, or of a merge of other participants than the round's (asked before its close,
+        whose event we may not have seen), never gives it: stopped, not waited for."""
         pending, self._prefetch = self._prefetch, None
         if pending is None:
             return None
-        if pending.number != number:  # a pull of an earlier round, left running: not this model
+        if pending.number != number or pending.among not in (None, participants):
             await _stop(pending.task)
             return None
         try:
