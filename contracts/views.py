@@ -47,7 +47,7 @@ __all__ = [
 View = dict[str, Any]
 
 BRIEF_CHECKINS = 16
-"""The most check-ins a closed round's event form lists (more, and its leader reads them)."""
+"""The most check-ins an open or closed round's event form lists (more, and its leader reads them)."""
 BRIEF_FINISHED = 4
 """The most rounds that finished in one block an event form lists (the newest of them)."""
 
@@ -254,14 +254,17 @@ def _round_brief(rnd: Round) -> View:
         "excluded": _excluded(rnd),
         "reason": rnd.reason,
     }
-    if rnd.status == "CLOSED" and len(rnd.checkins) <= BRIEF_CHECKINS:
-        brief["checkins"] = _checkin_rows(rnd)  # what its leader merges: it need not read them
+    if rnd.status in ("OPEN", "CLOSED") and len(rnd.checkins) <= BRIEF_CHECKINS:
+        # closed: what its leader merges, so it need not read them; open: a node whose check-in a peer
+        # relayed sees it taken in the event of the block that took it, not only at the close
+        brief["checkins"] = _checkin_rows(rnd)
     return brief
 
 
 def rounds_brief(state: State, name: str) -> View:
-    """The event form of a contract's rounds: statuses and roles, the check-ins only of a closed round
-    of at most ``BRIEF_CHECKINS`` (what its leader merges), the open round's ``min_peers``, and only
+    """The event form of a contract's rounds: statuses and roles, the check-ins of the open round and of
+    a closed one while they are at most ``BRIEF_CHECKINS`` (what its leader merges; the receipt of a
+    relayed check-in), the open round's ``min_peers``, and only
     the rounds that finished in the newest block that finished any (``_last_finished``), so that an
     event stays small however many nodes check in (a node that needs more reads ``rounds``)."""
     contract = _contract(state, name)

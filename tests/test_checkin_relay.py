@@ -117,6 +117,68 @@ async def test_a_participant_takes_the_relayed_check_in_from_the_rounds_event_or
     assert submit["signed"] == b"withheld" and submit["relayed"] == [] and withheld.relayed_by is None
 
 
+async def test_after_a_relay_that_did_not_show_a_participant_pushes_no_check_in_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a node whose check-ins the leader cannot relay (one a round behind the others) pays RELAY_WAIT
+    # after 2, 4, ... rounds, not every round; a relay that shows again ends the pauses
+    monkeypatch.setattr(rounds, "RELAY_WAIT", 0.01)
+    ledger = _Ledger()
+    engine = _engine("sl-2", ledger)
+    engine.relay_checkins = True
+    engine.ledger = cast(Any, SimpleNamespace(sign=lambda kind, body: b"signed", submit=ledger.submit))
+    prediction = _Prediction(9, MEMBERS, "sl-1")
+    going_early = asyncio.create_task(_done())
+    await going_early
+
+    async def miss() -> None:
+        part = _part("sl-2", "sl-1")
+        part.relayed_by = "sl-1"
+        await engine._submit_checkin(part, cast(Any, _Watch()), going_early, None)
+
+    def signs() -> list[bool]:
+        return [engine._signed_checkin({}, prediction) is not None for _ in range(7)]
+
+    await miss()
+    assert signs() == [False, False, True, True, True, True, True]
+    await miss()
+    await miss()
+    assert signs() == [False] * 7  # paused 8 rounds after the third miss in a row
+    assert signs()[:2] == [False, True]
+    shown = _part("sl-2", "sl-1")
+    shown.relayed_by = "sl-1"
+    watch = _Watch()
+    view = {"open": {"round": 9, "status": "OPEN", "checkins": [{"uid": "sl-2", "digest": shown.digest}]}}
+    watch.events.put_nowait(Event("round", "c1", 41, view))  # taken into the open round: seen at once
+    receipt, _ = await engine._submit_checkin(shown, cast(Any, watch), going_early, None)
+    assert receipt["round"] == 9 and engine._relay_misses == 0
+    await miss()
+    assert signs()[:3] == [False, False, True]  # counted afresh
+
+
+async def test_a_participant_submits_at_once_when_the_leaders_check_in_shows_without_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the leader submitted without ours (our row came after it stopped waiting for the rows): the open
+    # round's event lists the leader's check-in and not ours, so we do not wait out RELAY_WAIT
+    monkeypatch.setattr(rounds, "RELAY_WAIT", 30.0)
+    ledger = _Ledger()
+    engine = _engine("sl-2", ledger)
+    going_early = asyncio.create_task(_done())
+    await going_early
+    part = _part("sl-2", "sl-1", signed=b"ours")
+    part.relayed_by = "sl-1"
+    watch = _Watch()
+    leaders = [{"uid": "sl-1", "digest": "11" * 32}]
+    watch.events.put_nowait(
+        Event("round", "c1", 41, {"open": {"round": 9, "status": "OPEN", "checkins": leaders}})
+    )
+    async with asyncio.timeout(5):
+        await engine._submit_checkin(part, cast(Any, watch), going_early, None)
+    [submit] = ledger.submits
+    assert submit["signed"] == b"ours" and part.relayed_by is None and engine._relay_paused == 2
+
+
 class _CountingBus:
     """Opens envelopes as the bus would, counting them."""
 

@@ -1,6 +1,7 @@
 """The event form of a contract's rounds (``views.rounds_brief``) carries what a closed round's leader
 merges, so that the leader needs no read; a round of many check-ins leaves them out, and its leader reads.
-The same list is the receipt of a check-in the SN was asked not to answer (``_round_listing``)."""
+The same list, of the open round too, is the receipt of a check-in the SN was asked not to answer or a
+peer relayed (``_round_listing``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_a_closed_rounds_event_lists_its_checkins_and_the_open_rounds_min_peers(
     assert closed["checkins"] == full["closed"][0]["checkins"]
     assert [c["uid"] for c in closed["checkins"]] == ["sl1", "sl2", "sl3"]
     assert brief["open"]["min_peers"] == full["open"]["min_peers"] == 3
-    assert "checkins" not in brief["open"]  # the open round's stay out: every check-in changes them
+    assert brief["open"]["checkins"] == []  # none yet
     assert _leading_view(brief, 1) == (brief, closed)
     assert _leading_view(full, 1) == (full, full["closed"][0])
 
@@ -51,12 +52,13 @@ def test_only_a_closed_round_is_led_from_a_view() -> None:
     assert _leading_view(no_rule, 1) is None  # an SN of before: read
 
 
-def test_a_check_in_is_found_in_the_event_of_its_rounds_close_and_only_there() -> None:
+def test_a_check_in_is_found_in_the_event_of_the_block_that_took_it_and_of_its_rounds_close() -> None:
     sim = Sim()
     sim.members("sl1", "sl2", min_peers=2)
     sim.checkin("sl1")
     brief = views.rounds_brief(sim.state, C)
-    assert _round_listing(brief, "sl1", _digest("sl1"), 1) is None  # open: its check-ins stay out
+    assert _round_listing(brief, "sl1", _digest("sl1"), 1) == 1  # open, not closed: listed already
+    assert _round_listing(brief, "sl2", _digest("sl2"), 1) is None  # not checked in yet
     sim.checkin("sl2")
     sim.run_due()
     brief = views.rounds_brief(sim.state, C)

@@ -71,6 +71,14 @@ EARLY_SPAN = 3.0
 RELAY_WAIT = 0.5
 """Seconds a participant that pushed its check-in with its row waits for the predicted leader's relay
 of it to show in the round's events before it submits it itself (a leader gone or mistaken)."""
+ROWS_WAIT = 0.25
+"""Seconds the predicted leader waits for its participants' rows, and the check-ins pushed with them,
+before it submits its own check-in with those here: well inside ``RELAY_WAIT``, so that a participant
+does not give up on a relay that is on its way (and send the SN a duplicate)."""
+RELAY_PAUSE_MAX = 64
+"""After a relay of our check-in failed to show, we push none with the next 2, 4, ... rounds' rows (at
+most this many) and submit them ourselves: a node whose check-ins the leader cannot relay (one that
+lags a round behind the others) pays ``RELAY_WAIT`` seldom, not every round."""
 EARLY_KEPT = 8
 
 
@@ -317,12 +325,14 @@ def _gave(task: asyncio.Task[Any] | None) -> bool:
     )
 
 
-def _round_listing(view: dict[str, Any], uid: str, digest: str, since: int) -> int | None:
-    """The round from ``since`` on whose check-ins in ``view`` hold ``uid``'s of ``digest``, or None."""
+def _round_listing(view: dict[str, Any], uid: str, digest: str | None, since: int) -> int | None:
+    """The round from ``since`` on whose check-ins in ``view`` hold ``uid``'s of ``digest`` (of any
+    digest when None), or None."""
     for rnd in listed_rounds(view):
         if int(rnd.get("round") or 0) < since:
             continue
-        if any(c.get("uid") == uid and c.get("digest") == digest for c in rnd.get("checkins") or ()):
+        checkins = rnd.get("checkins") or ()
+        if any(c.get("uid") == uid and digest in (None, c.get("digest")) for c in checkins):
             return int(rnd["round"])
     return None
 
@@ -414,6 +424,8 @@ class RoundEngine:
         self.fetch_timeout = fetch_timeout
         self.checkin_defer = seconds_from_env("SWARM_SL_CHECKIN_DEFER", CHECKIN_DEFER)
         self.relay_checkins = relay_checkins_enabled()
+        self._relay_misses = 0  # relays of our check-in in a row that did not show
+        self._relay_paused = 0  # rounds left whose check-in we submit ourselves after a miss
         self._early_spans: deque[float] = deque(maxlen=EARLY_KEPT)  # seconds our last early paths took
         self.secure = secure  # secure aggregation: own models are offered masked, never served
         self.dataplane = dataplane
@@ -726,8 +738,8 @@ class RoundEngine:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Submit our check-in: its receipt, and the newest rounds view an event gave meanwhile ({} when
         none came). Once we went on early, the check-in records a round we are past, and the event of
-        its close lists it (a predicted round of at most ``BRIEF_CHECKINS``): that event is the
-        receipt. The predicted leader submits the check-ins its participants pushed with their rows
+        the block that took it lists it (a predicted round of at most ``BRIEF_CHECKINS``): that event is
+        the receipt. The predicted leader submits the check-ins its participants pushed with their rows
         with its own (``_relayed``); a participant whose check-in the leader took waits for it there
         (whether or not its early path ended in time), ``RELAY_WAIT`` seconds at most, then submits it
         itself. A quiet submit asks the SN to answer only a failure; a round that stays open longer than
@@ -740,40 +752,74 @@ class RoundEngine:
         if prediction is None or not brief or (part.relayed_by is None and not gone_early):
             return await submit(), {}
         shown = _Shown()
+        if part.relayed_by is not None:  # relayed whether or not our early path ended in time
+            receipt = await self._relay_shown(watch, part, prediction.number, shown)
+            if receipt is not None:
+                return receipt, shown.view
         looking = asyncio.get_running_loop().create_task(
             self._checkin_shown(watch, part.digest, prediction.number, shown)
         )
         try:
-            if part.relayed_by is not None:  # relayed whether or not our early path ended in time
-                done, _ = await asyncio.wait((looking,), timeout=RELAY_WAIT)
-                if done:
-                    return looking.result(), shown.view
-                log.info("round %d: %s did not relay our check-in within %g s; submitting it ourselves",
-                         prediction.number, part.relayed_by, RELAY_WAIT)  # fmt: skip
-                part.relayed_by = None
             receipt = await (submit(seen=looking) if gone_early else submit())
         finally:
             await _stop(looking)
         return receipt, shown.view
 
+    async def _relay_shown(
+        self, watch: Watch, part: _Part, since: int, shown: _Shown
+    ) -> dict[str, Any] | None:
+        """The receipt of our check-in that ``part.relayed_by`` took to relay, from the event of the block
+        that took it; None when it did not show within ``RELAY_WAIT``, or an event lists the relayer's
+        own check-in without ours (it submitted without it: a wrong guess of which round ours joins, or
+        our row came after it gave up waiting): we submit it ourselves then, and push none for the next
+        2, 4, ... rounds (``RELAY_PAUSE_MAX``)."""
+        relayer = part.relayed_by
+        assert relayer is not None  # noqa: S101 - only a relayed check-in is waited for
+        looking = asyncio.get_running_loop().create_task(
+            self._checkin_shown(watch, part.digest, since, shown, passed_over_by=relayer)
+        )
+        try:
+            done, _ = await asyncio.wait((looking,), timeout=RELAY_WAIT)
+        finally:
+            await _stop(looking)
+        receipt = looking.result() if done else None
+        if receipt:
+            self._relay_misses = 0
+            return receipt
+        self._relay_misses += 1
+        self._relay_paused = min(2**self._relay_misses, RELAY_PAUSE_MAX)
+        why = (
+            "checked in without our check-in"
+            if done
+            else f"did not relay our check-in within {RELAY_WAIT:g} s"
+        )
+        log.info("round %d: %s %s; submitting it ourselves, and the next %d rounds' too",
+                 since, relayer, why, self._relay_paused)  # fmt: skip
+        part.relayed_by = None
+        return None
+
     def _signed_checkin(self, body: dict[str, Any], prediction: _Prediction | None) -> bytes | None:
         """Our check-in, signed now for the predicted leader to relay with its own: in a round whose
-        close's event lists its check-ins (at most ``BRIEF_CHECKINS``), where we take our receipt; None
-        (nothing relayed, each node submits its own) unless ``SWARM_SL_RELAY_CHECKINS`` is on."""
+        events list its check-ins (at most ``BRIEF_CHECKINS``), where we take our receipt; None (we
+        submit it ourselves) unless ``SWARM_SL_RELAY_CHECKINS`` is on, or for a while after a relay of
+        ours failed (``RELAY_PAUSE_MAX``)."""
         if not self.relay_checkins or prediction is None or len(prediction.participants) > BRIEF_CHECKINS:
+            return None
+        if self._relay_paused:
+            self._relay_paused -= 1
             return None
         return self.ledger.sign("round.checkin", body)
 
     async def _relayed(self, part: _Part, previous: _Following | None) -> list[bytes]:
         """As the predicted leader: the check-ins our round's participants pushed with their rows, to
-        submit with ours (waiting for the rows ``RELAY_WAIT`` seconds at most, as the participants wait
-        for the relay). Only those whose check-in before (``PushedCheckin.after``) the round our last
+        submit with ours (waiting for the rows ``ROWS_WAIT`` seconds at most, well inside the participants'
+        wait for the relay). Only those whose check-in before (``PushedCheckin.after``) the round our last
         one joined lists, now closed: the ledger then puts them in the open round, as it does ours."""
         prediction = part.prediction
         if prediction is None or prediction.leader != self.uid or part.signed is None or self.offers is None:
             return []
         if not part.pushed.done():
-            await asyncio.wait((part.pushed,), timeout=RELAY_WAIT)
+            await asyncio.wait((part.pushed,), timeout=ROWS_WAIT)
         if part.pushed.done():
             pushed = part.pushed.result()
         else:  # rows still to come: the check-ins of those here
@@ -786,15 +832,20 @@ class RoundEngine:
             if checkin.after is None or closed.get(uid) == checkin.after.hex()
         ]
 
-    async def _checkin_shown(self, watch: Watch, digest: str, since: int, shown: _Shown) -> dict[str, Any]:
+    async def _checkin_shown(
+        self, watch: Watch, digest: str, since: int, shown: _Shown, *, passed_over_by: str | None = None
+    ) -> dict[str, Any]:
         """The receipt of our check-in of ``digest`` (in round ``since`` or a later one) as the rounds
-        events show it; every view read is kept in ``shown``."""
+        events show it; every view read is kept in ``shown``. With ``passed_over_by``: {} as soon as a
+        round from ``since`` on lists that node's check-in and not ours."""
         while True:
             event = await watch.next()
             shown.view = dict(event.view)
             number = _round_listing(shown.view, self.uid, digest, since)
             if number is not None:
                 return {"contract": self.contract, "round": number, "height": event.height}
+            if passed_over_by is not None and _round_listing(shown.view, passed_over_by, None, since):
+                return {}
 
     async def _next_view(
         self, watch: Watch, number: int, early: asyncio.Task[Any] | None = None
