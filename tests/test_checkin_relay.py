@@ -64,6 +64,34 @@ async def _done() -> str:
     return "merged"
 
 
+async def _gone_early() -> asyncio.Task[str]:
+    """An early path that ended with a merge."""
+    task = asyncio.create_task(_done())
+    await task
+    return task
+
+
+def _relayed(uid: str, leader: str, *, signed: bytes = b"signed", seed: int = 1) -> _Part:
+    """Our check-in, pushed with our row to ``leader`` to relay."""
+    part = _part(uid, leader, signed=signed, seed=seed)
+    part.relayed_by = leader
+    return part
+
+
+def _open_round_event(checkins: list[dict[str, str]]) -> Event:
+    """The event of a block that took ``checkins`` into the open round 9."""
+    return Event("round", "c1", 41, {"open": {"round": 9, "status": "OPEN", "checkins": checkins}})
+
+
+async def _participant(
+    monkeypatch: pytest.MonkeyPatch, relay_wait: float
+) -> tuple[_Ledger, RoundEngine, asyncio.Task[str]]:
+    """sl-2, a participant gone on early, waiting ``relay_wait`` s for a relay; its recorded submits."""
+    monkeypatch.setattr(rounds, "RELAY_WAIT", relay_wait)
+    ledger = _Ledger()
+    return ledger, _engine("sl-2", ledger), await _gone_early()
+
+
 async def test_the_leader_relays_the_check_ins_whose_check_in_before_its_last_closed_round_lists() -> None:
     ledger = _Ledger()
     engine = _engine("sl-1", ledger)
@@ -84,8 +112,7 @@ async def test_the_leader_relays_the_check_ins_whose_check_in_before_its_last_cl
             "sl-4": PushedCheckin(b"sl-4's", None),  # nothing of it followed still: any round is safe
         }
     )
-    going_early = asyncio.create_task(_done())
-    await going_early
+    going_early = await _gone_early()
     await engine._submit_checkin(part, cast(Any, _Watch()), going_early, (previous, cast(Any, None)))
     [submit] = ledger.submits
     assert submit["signed"] == b"signed" and submit["relayed"] == [b"sl-2's", b"sl-4's"]
@@ -95,13 +122,8 @@ async def test_the_leader_relays_the_check_ins_whose_check_in_before_its_last_cl
 async def test_a_participant_takes_the_relayed_check_in_from_the_rounds_event_or_submits_it_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(rounds, "RELAY_WAIT", 0.05)
-    ledger = _Ledger()
-    engine = _engine("sl-2", ledger)
-    going_early = asyncio.create_task(_done())
-    await going_early
-    shown = _part("sl-2", "sl-1")
-    shown.relayed_by = "sl-1"
+    ledger, engine, going_early = await _participant(monkeypatch, 0.05)
+    shown = _relayed("sl-2", "sl-1")
     watch = _Watch()
     checkins = [{"uid": "sl-2", "digest": shown.digest}]
     view = {"open": None, "closed": [{"round": 9, "status": "CLOSED", "checkins": checkins}]}
@@ -110,8 +132,7 @@ async def test_a_participant_takes_the_relayed_check_in_from_the_rounds_event_or
     assert (receipt["round"], receipt["height"], seen) == (9, 41, view) and ledger.submits == []
     assert shown.relayed_by == "sl-1"  # the log line says who relayed it
 
-    withheld = _part("sl-2", "sl-1", signed=b"withheld", seed=3)
-    withheld.relayed_by = "sl-1"
+    withheld = _relayed("sl-2", "sl-1", signed=b"withheld", seed=3)
     receipt, _ = await engine._submit_checkin(withheld, cast(Any, _Watch()), going_early, None)
     [submit] = ledger.submits  # after RELAY_WAIT, the very envelope the leader took, by ourselves
     assert submit["signed"] == b"withheld" and submit["relayed"] == [] and withheld.relayed_by is None
@@ -122,19 +143,13 @@ async def test_after_a_relay_that_did_not_show_a_participant_pushes_no_check_in_
 ) -> None:
     # a node whose check-ins the leader cannot relay (one a round behind the others) pays RELAY_WAIT
     # after 2, 4, ... rounds, not every round; a relay that shows again ends the pauses
-    monkeypatch.setattr(rounds, "RELAY_WAIT", 0.01)
-    ledger = _Ledger()
-    engine = _engine("sl-2", ledger)
+    ledger, engine, going_early = await _participant(monkeypatch, 0.01)
     engine.relay_checkins = True
     engine.ledger = cast(Any, SimpleNamespace(sign=lambda kind, body: b"signed", submit=ledger.submit))
     prediction = _Prediction(9, MEMBERS, "sl-1")
-    going_early = asyncio.create_task(_done())
-    await going_early
 
     async def miss() -> None:
-        part = _part("sl-2", "sl-1")
-        part.relayed_by = "sl-1"
-        await engine._submit_checkin(part, cast(Any, _Watch()), going_early, None)
+        await engine._submit_checkin(_relayed("sl-2", "sl-1"), cast(Any, _Watch()), going_early, None)
 
     def signs() -> list[bool]:
         return [engine._signed_checkin({}, prediction) is not None for _ in range(7)]
@@ -145,11 +160,9 @@ async def test_after_a_relay_that_did_not_show_a_participant_pushes_no_check_in_
     await miss()
     assert signs() == [False] * 7  # paused 8 rounds after the third miss in a row
     assert signs()[:2] == [False, True]
-    shown = _part("sl-2", "sl-1")
-    shown.relayed_by = "sl-1"
+    shown = _relayed("sl-2", "sl-1")
     watch = _Watch()
-    view = {"open": {"round": 9, "status": "OPEN", "checkins": [{"uid": "sl-2", "digest": shown.digest}]}}
-    watch.events.put_nowait(Event("round", "c1", 41, view))  # taken into the open round: seen at once
+    watch.events.put_nowait(_open_round_event([{"uid": "sl-2", "digest": shown.digest}]))  # seen at once
     receipt, _ = await engine._submit_checkin(shown, cast(Any, watch), going_early, None)
     assert receipt["round"] == 9 and engine._relay_misses == 0
     await miss()
@@ -161,18 +174,10 @@ async def test_a_participant_submits_at_once_when_the_leaders_check_in_shows_wit
 ) -> None:
     # the leader submitted without ours (our row came after it stopped waiting for the rows): the open
     # round's event lists the leader's check-in and not ours, so we do not wait out RELAY_WAIT
-    monkeypatch.setattr(rounds, "RELAY_WAIT", 30.0)
-    ledger = _Ledger()
-    engine = _engine("sl-2", ledger)
-    going_early = asyncio.create_task(_done())
-    await going_early
-    part = _part("sl-2", "sl-1", signed=b"ours")
-    part.relayed_by = "sl-1"
+    ledger, engine, going_early = await _participant(monkeypatch, 30.0)
+    part = _relayed("sl-2", "sl-1", signed=b"ours")
     watch = _Watch()
-    leaders = [{"uid": "sl-1", "digest": "11" * 32}]
-    watch.events.put_nowait(
-        Event("round", "c1", 41, {"open": {"round": 9, "status": "OPEN", "checkins": leaders}})
-    )
+    watch.events.put_nowait(_open_round_event([{"uid": "sl-1", "digest": "11" * 32}]))
     async with asyncio.timeout(5):
         await engine._submit_checkin(part, cast(Any, watch), going_early, None)
     [submit] = ledger.submits
