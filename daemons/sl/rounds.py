@@ -84,7 +84,8 @@ EARLY_KEPT = 8
 
 def relay_checkins_enabled() -> bool:
     """``SWARM_SL_RELAY_CHECKINS=true``: the predicted leader relays its participants' check-ins (off by
-    default: with it, three rows of ``bench/faults.py`` missed their targets; ``docs/ledger.md``)."""
+    default: with it, ``bench/faults.py``'s ``partition`` row does not yet meet its target reliably;
+    ``docs/ledger.md``)."""
     return flag_from_env("SWARM_SL_RELAY_CHECKINS")
 
 
@@ -151,9 +152,8 @@ class _Part:
     prior: tuple[_Part, asyncio.Task[RoundResult]] | None = None
     # True once the ledger closed the round we checked in to; False when the follow ended without that
     closed: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-    closed_round: dict[str, Any] | None = (
-        None  # the round we checked in to, as the view that closed it had it
-    )
+    # the round we checked in to, as the view that closed it had it
+    closed_round: dict[str, Any] | None = None
     gone_early: RoundResult | None = None
     signed: bytes | None = None  # our check-in's envelope, signed before the early path began
     relayed_by: str | None = None  # the predicted leader that took it with our row to relay; None: we submit
@@ -742,7 +742,7 @@ class RoundEngine:
         the receipt. The predicted leader submits the check-ins its participants pushed with their rows
         with its own (``_relayed``); a participant whose check-in the leader took waits for it there
         (whether or not its early path ended in time), ``RELAY_WAIT`` seconds at most, then submits it
-        itself. A quiet submit asks the SN to answer only a failure; a round that stays open longer than
+        itself (at once when the leader's own shows without it: ``_relay_shown``). A quiet submit asks the SN to answer only a failure; a round that stays open longer than
         the RPC's first resend gets the answer."""
         prediction = part.prediction
         relayed = await self._relayed(part, previous)
