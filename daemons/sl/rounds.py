@@ -742,8 +742,9 @@ class RoundEngine:
         the receipt. The predicted leader submits the check-ins its participants pushed with their rows
         with its own (``_relayed``); a participant whose check-in the leader took waits for it there
         (whether or not its early path ended in time), ``RELAY_WAIT`` seconds at most, then submits it
-        itself (at once when the leader's own shows without it: ``_relay_shown``). A quiet submit asks the SN to answer only a failure; a round that stays open longer than
-        the RPC's first resend gets the answer."""
+        itself (at once when the leader's own shows without it: ``_relay_shown``). A quiet submit asks
+        the SN to answer only a failure; a round that stays open longer than the RPC's first resend gets
+        the answer."""
         prediction = part.prediction
         relayed = await self._relayed(part, previous)
         submit = partial(self.ledger.submit, "round.checkin", part.body, signed=part.signed, relayed=relayed)
